@@ -1,0 +1,135 @@
+"""Choosing the draft length k: the one that maximises expected tokens per second, here.
+
+Model (Leviathan et al. 2023, section 3, with measured costs in place of constants): with
+per-token acceptance ``alpha``, a step that drafts k tokens yields on average
+
+    E(k) = (1 - alpha^(k+1)) / (1 - alpha)        tokens (the target always adds one)
+
+and costs ``k * t_draft + T(k+1)``, where T(n) is the measured time of a target evaluation of
+n tokens (the pending token plus k drafts). k = 0 is the target alone: 1 / T(1) tokens/s.
+On a compute-bound target T(n) grows almost linearly and k = 0 often wins; on a
+memory-bound one (big model, GPU) T(n) is nearly flat and long drafts pay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Tuning choices, each with its reason:
+EMA = 0.2  # weight of a new timing sample: follows a changing machine within ~5 steps
+DECAY = 0.95  # acceptance counts fade so a new kind of text (prose after code) shows in ~20 steps
+PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0  # alpha starts at 0.75: a typical same-family pair
+FIRST_PROBE, MAX_PROBE = 16, 256  # steps between tries of drafting while k=0 looks best
+PROBE_K = 2
+UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best near 4 here
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+@dataclass
+class CostModel:
+    """T(n): seconds for a target evaluation of n tokens; t_draft: seconds per draft pass."""
+
+    verify: dict[int, float] = field(default_factory=dict)
+    t_draft: float = 0.0
+
+    def T(self, n: int) -> float:
+        """Measured where we have it, linear in between, slope of the last two points beyond."""
+        if n in self.verify:
+            return self.verify[n]
+        xs = sorted(self.verify)
+        if not xs:
+            return float("nan")
+        if len(xs) == 1:
+            return self.verify[xs[0]] * n / xs[0]
+        if n > xs[-1]:
+            a, b = xs[-2], xs[-1]
+        elif n < xs[0]:
+            a, b = xs[0], xs[1]
+        else:
+            return float(np.interp(n, xs, [self.verify[x] for x in xs]))
+        slope = (self.verify[b] - self.verify[a]) / (b - a)
+        return max(self.verify[b] + slope * (n - b), 1e-9)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        old = self.verify.get(n)
+        self.verify[n] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+
+    def observe_draft(self, n_evals: int, seconds: float) -> None:
+        if n_evals <= 0:
+            return
+        per = seconds / n_evals
+        self.t_draft = per if self.t_draft == 0.0 else (1 - EMA) * self.t_draft + EMA * per
+
+
+@dataclass(frozen=True)
+class Choice:
+    k: int
+    predicted_tps: float  # expected tokens/s at this k
+    baseline_tps: float  # expected tokens/s of the target alone (k = 0)
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.predicted_tps / self.baseline_tps  # nan until something was measured
+
+
+class DraftController:
+    """Picks k each step; ``fixed_k`` turns adaptation off (``--draft-max N --no-adapt``)."""
+
+    def __init__(self, costs: CostModel, max_k: int = 16, fixed_k: int | None = None) -> None:
+        self.costs = costs
+        self.max_k = max_k
+        self.fixed_k = fixed_k
+        self.accepted = PRIOR_ACCEPTED
+        self.rejected = PRIOR_REJECTED
+        self._probe_every = FIRST_PROBE
+        self._since_draft = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def speed(self, k: int) -> float:
+        seconds = k * self.costs.t_draft + self.costs.T(k + 1)
+        return expected_tokens(self.alpha, k) / seconds
+
+    def best(self) -> Choice:
+        if not self.costs.verify:  # nothing measured yet (no calibration): start moderate
+            k = self.fixed_k if self.fixed_k is not None else min(UNMEASURED_K, self.max_k)
+            return Choice(k, float("nan"), float("nan"))
+        base = 1.0 / self.costs.T(1)
+        if self.fixed_k is not None:
+            return Choice(self.fixed_k, self.speed(self.fixed_k), base)
+        speeds = [self.speed(k) for k in range(self.max_k + 1)]
+        k = int(np.argmax(speeds))
+        return Choice(k, speeds[k], base)
+
+    def choose(self) -> Choice:
+        """The best k, except that while k = 0 wins it still drafts a little now and then: the
+        acceptance estimate can only change when something is drafted. Probes back off
+        exponentially, so on hardware where drafting never pays they cost well under 1 %."""
+        choice = self.best()
+        if choice.k > 0 or self.fixed_k is not None:
+            return choice
+        self._since_draft += 1
+        if self._since_draft >= self._probe_every:
+            self._since_draft = 0
+            self._probe_every = min(self._probe_every * 2, MAX_PROBE)
+            return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
+        return choice
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        """Geometric-model MLE: each step gives n_accepted successes and, if it stopped short
+        of its draft, one failure."""
+        if n_drafted == 0:
+            return
+        self.accepted = DECAY * self.accepted + n_accepted
+        self.rejected = DECAY * self.rejected + (1.0 if n_accepted < n_drafted else 0.0)
+        if self.best().k > 0:
+            self._probe_every = FIRST_PROBE

@@ -1,0 +1,207 @@
+"""The speculative decoding loop (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023).
+
+Each step:
+  1. draft   - the drafter proposes up to k tokens x_1..x_k after the context;
+  2. verify  - ONE target evaluation of [pending, x_1..x_k] gives the k+1 rows p_target[0..k];
+  3. accept  - greedy: keep x_i while it is the target's argmax; sampling: min(1, p/q) rule;
+               the target then adds its own token (correction, or bonus when all k were kept),
+               so a step yields at least one token;
+  4. rollback- the target's cache drops the rejected drafts; the draft's cache is brought to
+               the new context lazily, by prefix, on its next draft.
+With k = 0 a step is exactly one target-only decode: the baseline runs through this same loop.
+
+The engine yields a frozen :class:`Step` per iteration and never prints.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .controller import Choice, CostModel, DraftController
+from .drafters import Draft, Drafter, NoDrafter
+from .protocol import CachedModel
+from .sampling import (
+    SamplingParams,
+    Verdict,
+    greedy_token,
+    process,
+    verify_greedy,
+    verify_match,
+    verify_speculative,
+)
+from .textstream import TextStream
+
+Finish = str  # "eos" | "stop" | "length" | "context"
+
+
+@dataclass(frozen=True)
+class Step:
+    drafted: tuple[int, ...]  # x_1..x_k as proposed
+    n_accepted: int  # how many of them the target kept
+    token: int  # the target's own token: correction, or bonus if all were kept
+    emitted: tuple[int, ...]  # tokens added to the reply (cut at EOS / max tokens)
+    text: str  # new complete text (whole UTF-8 characters, stop strings removed)
+    k: int  # draft length the controller asked for
+    predicted_speedup: float  # controller's expectation for k vs the target alone
+    prefill_seconds: float  # prompt evaluation (first step only)
+    draft_seconds: float
+    verify_seconds: float
+    step_seconds: float  # wall time of the whole step, prefill excluded
+    finish: Finish | None = None
+
+    @property
+    def overhead_seconds(self) -> float:
+        return max(self.step_seconds - self.draft_seconds - self.verify_seconds, 0.0)
+
+
+class SpeculativeEngine:
+    def __init__(
+        self,
+        target: CachedModel,
+        drafter: Drafter | None = None,
+        controller: DraftController | None = None,
+    ) -> None:
+        self.target = target
+        self.drafter = drafter or NoDrafter()
+        if controller is None:
+            fixed = 0 if isinstance(self.drafter, NoDrafter) else None
+            controller = DraftController(CostModel(), fixed_k=fixed)
+        self.controller = controller
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams = SamplingParams(),
+        max_tokens: int = 256,
+        stop: Sequence[str] = (),
+    ) -> Iterator[Step]:
+        if not prompt:
+            raise ValueError("empty prompt")
+        rng = np.random.default_rng(params.seed)
+        context = [int(t) for t in prompt]
+        stream = TextStream(stop)
+        t0 = time.perf_counter()
+        self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
+        prefill = time.perf_counter() - t0
+        n_out = 0
+        while True:
+            room = self.target.n_ctx - len(context)
+            if room < 1:
+                yield self._final(stream, "context", prefill)
+                return
+            step = self._step(context, params, rng, stream, max_tokens - n_out, room, prefill)
+            prefill = 0.0
+            n_out += len(step.emitted)
+            yield step
+            if step.finish:
+                return
+
+    def _step(self, context, params, rng, stream, budget, room, prefill) -> Step:
+        t_start = time.perf_counter()
+        choice = self.controller.choose()
+        # drafting past the token budget or the context is wasted work
+        k = max(0, min(choice.k, budget - 1, room - 1))
+        t0 = time.perf_counter()
+        draft = self.drafter.draft(context, k, params, rng) if k else Draft()
+        t1 = time.perf_counter()
+        drafted = draft.ids[:k]
+        rows = self.target.sync(context + list(drafted), n_logits=len(drafted) + 1)  # verify
+        t2 = time.perf_counter()
+        verdict = self._accept(rows, context, drafted, draft, params, rng)
+        self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
+        self._learn(choice, draft, drafted, verdict, t1 - t0, t2 - t1)
+        kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
+        emitted, finish = self._cut(kept, budget)
+        context.extend(kept)
+        text = "".join(stream.feed(self.target.token_bytes(t)) for t in emitted)
+        if stream.stopped:
+            finish = "stop"
+        elif finish:
+            text += stream.flush()
+        return Step(
+            drafted=tuple(drafted),
+            n_accepted=verdict.n_accepted,
+            token=verdict.token,
+            emitted=tuple(emitted),
+            text=text,
+            k=k,
+            predicted_speedup=choice.predicted_speedup,
+            prefill_seconds=prefill,
+            draft_seconds=t1 - t0,
+            verify_seconds=t2 - t1,
+            step_seconds=time.perf_counter() - t_start,
+            finish=finish,
+        )
+
+    def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
+        history = _History(context, drafted, params)
+        if params.greedy:
+            choices = [greedy_token(rows[i], history(i), params) for i in range(len(rows))]
+            return verify_greedy(drafted, choices)
+        p_target = [process(rows[i], history(i), params) for i in range(len(rows))]
+        if params.rule == "match":
+            return verify_match(drafted, p_target, rng)
+        q_draft = draft.q_draft[: len(drafted)] if draft.q_draft is not None else None
+        return verify_speculative(drafted, p_target, q_draft, rng)
+
+    def _learn(self, choice: Choice, draft: Draft, drafted, verdict: Verdict, t_draft, t_verify):
+        costs = self.controller.costs
+        costs.observe_verify(len(drafted) + 1, t_verify)
+        costs.observe_draft(draft.n_evals, t_draft)
+        self.controller.observe(len(drafted), verdict.n_accepted)
+
+    def _cut(self, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
+        """End-of-generation inside an accepted run ends the reply there; so does the budget."""
+        for i, t in enumerate(kept):
+            if self.target.is_eog(t):
+                return kept[:i], "eos"
+        if len(kept) >= budget:
+            return kept[:budget], "length"
+        return kept, None
+
+    def _final(self, stream: TextStream, finish: Finish, prefill: float) -> Step:
+        return Step((), 0, -1, (), stream.flush(), 0, float("nan"), prefill, 0.0, 0.0, 0.0, finish)
+
+
+class _History:
+    """Recent tokens seen by row i (context + x_1..x_i), for the repetition penalty."""
+
+    def __init__(self, context, drafted, params: SamplingParams) -> None:
+        self.n = params.repeat_last_n if params.repeat_penalty != 1.0 else 0
+        self.tail = list(context[-self.n :]) if self.n else []
+        self.drafted = list(drafted)
+
+    def __call__(self, i: int) -> list[int]:
+        return (self.tail + self.drafted[:i])[-self.n :] if self.n else []
+
+
+def calibrate(target: CachedModel, sizes: Sequence[int] = (1, 2, 4, 8, 16), token: int = 0,
+              draft: CachedModel | None = None, repeats: int = 2) -> CostModel:
+    """Measure T(n) for the target (and one draft pass) on this machine, then leave both
+    caches as they were. Each size runs ``repeats`` times and the fastest is kept: the first
+    run pays for warm-up."""
+    costs = CostModel()
+    for model, ns in ((target, sizes), (draft, (1,))):
+        if model is None:
+            continue
+        saved = list(model.cached)
+        model.truncate(0)
+        for n in ns:
+            if n > model.n_ctx:
+                break
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                model.evaluate([token] * n, n)
+                best = min(best, time.perf_counter() - t0)
+                model.truncate(0)
+            if model is target:
+                costs.verify[n] = best
+            else:
+                costs.t_draft = best
+        model.sync(saved)
+    return costs

@@ -1,0 +1,225 @@
+"""llama.cpp through llama-cpp-python's low-level API: the only module that imports llama_cpp.
+
+Why low level: one ``llama_decode`` per verify with logits requested only on the rows the
+verify needs (``batch.logits[i] = 1``), read as numpy views of llama.cpp's own buffer. The
+high-level ``Llama(draft_model=...)`` path forces ``logits_all`` (n_ctx x n_vocab floats,
+recomputed rows) and that is what makes it slower than no speculation at all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import llama_cpp as L
+from llama_cpp import _logger as _llama_logger
+
+from .compat import VocabInfo
+from .protocol import CachedModel
+
+_VOCAB_TYPES = {
+    L.LLAMA_VOCAB_TYPE_NONE: "none",
+    L.LLAMA_VOCAB_TYPE_SPM: "spm",
+    L.LLAMA_VOCAB_TYPE_BPE: "bpe",
+    L.LLAMA_VOCAB_TYPE_WPM: "wpm",
+    L.LLAMA_VOCAB_TYPE_UGM: "ugm",
+    L.LLAMA_VOCAB_TYPE_RWKV: "rwkv",
+}
+_SPECIAL_ATTRS = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
+N_BATCH = 512  # tokens per llama_decode call; prompts longer than this go in chunks
+_backend_ready = False
+
+
+class ModelLoadError(Exception):
+    pass
+
+
+def supports_gpu_offload() -> bool:
+    return bool(L.llama_supports_gpu_offload())
+
+
+def _init_backend(verbose: bool) -> None:
+    global _backend_ready
+    _llama_logger.set_verbose(verbose)
+    if not _backend_ready:
+        L.llama_backend_init()
+        _backend_ready = True
+
+
+def _chunks(n: int, n_logits: int) -> list[tuple[int, int]]:
+    """Batches of at most N_BATCH tokens, the last one holding every row that needs logits."""
+    bounds = list(range(0, n, N_BATCH)) + [n]
+    if len(bounds) > 2 and n - bounds[-2] < n_logits:
+        bounds[-2] = n - n_logits
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+class LlamaModel(CachedModel):
+    """One GGUF model with one context (sequence 0)."""
+
+    def __init__(self, path: Path, model, ctx, n_ctx: int) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.name = self.path.name
+        self._model = model
+        self._ctx = ctx
+        self._vocab = L.llama_model_get_vocab(model)
+        self._mem = L.llama_get_memory(ctx)
+        self.n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx = n_ctx
+        self._batch = L.llama_batch_init(N_BATCH, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+        self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
+
+    @classmethod
+    def load(cls, path: Path | str, n_ctx: int = 4096, threads: int | None = None,
+             gpu_layers: int | None = None, verbose: bool = False) -> "LlamaModel":
+        path = Path(path)
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: no such file")
+        _init_backend(verbose)
+        mparams = L.llama_model_default_params()
+        if gpu_layers is None:
+            gpu_layers = -1 if supports_gpu_offload() else 0
+        mparams.n_gpu_layers = 999 if gpu_layers < 0 else gpu_layers
+        model = L.llama_model_load_from_file(str(path).encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"{path}: llama.cpp could not load this file (not a GGUF it supports)")
+        n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
+        cparams = L.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = N_BATCH
+        cparams.n_ubatch = N_BATCH
+        cparams.n_seq_max = 1
+        n_threads = threads or max(1, os.cpu_count() or 1)
+        cparams.n_threads = n_threads
+        cparams.n_threads_batch = n_threads
+        cparams.no_perf = True
+        ctx = L.llama_init_from_model(model, cparams)
+        if not ctx:
+            L.llama_model_free(model)
+            raise ModelLoadError(f"{path}: could not create a context of {n_ctx} tokens (out of memory?)")
+        return cls(path, model, ctx, int(L.llama_n_ctx(ctx)))
+
+    # --- the two primitives --------------------------------------------------------------
+    def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
+        b = self._batch
+        n = len(tokens)
+        for lo, hi in _chunks(n, n_logits):
+            first_row = n - n_logits  # tokens from here on need logits
+            for i, t in enumerate(tokens[lo:hi]):
+                b.token[i] = t
+                b.pos[i] = start + lo + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = lo + i >= first_row
+            b.n_tokens = hi - lo
+            rc = L.llama_decode(self._ctx, b)
+            if rc != 0:
+                # a failed decode may leave part of the batch in the cache: drop it
+                L.llama_memory_seq_rm(self._mem, 0, start, -1)
+                raise RuntimeError(f"llama_decode failed ({rc}) at position {start + lo}")
+        m = b.n_tokens
+        # views of llama.cpp's logits buffer: valid until the next decode, no copies
+        return [
+            np.ctypeslib.as_array(L.llama_get_logits_ith(self._ctx, m - n_logits + j), shape=(self.n_vocab,))
+            for j in range(n_logits)
+        ]
+
+    def _remove(self, start: int) -> None:
+        if not L.llama_memory_seq_rm(self._mem, 0, start, -1):
+            # recurrent/hybrid caches cannot drop a tail: start over from the kept tokens
+            kept = self.cached[:start]
+            L.llama_memory_clear(self._mem, True)
+            self.cached = []
+            if kept:
+                self._decode(kept, 0, 1)
+                self.cached = kept
+
+    # --- tokens ------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        n = L.llama_token_to_piece(self._vocab, token, self._piece, len(self._piece), 0, False)
+        if n < 0:
+            big = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self._vocab, token, big, -n, 0, False)
+            return big.raw[:n]
+        return self._piece.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    def token_text(self, token: int) -> bytes:
+        return L.llama_vocab_get_text(self._vocab, token) or b""
+
+    def vocab_info(self) -> VocabInfo:
+        v = self._vocab
+        special = frozenset(
+            i for i in range(self.n_vocab) if L.llama_vocab_get_attr(v, i) & _SPECIAL_ATTRS
+        )
+        return VocabInfo(
+            vocab_type=_VOCAB_TYPES.get(L.llama_vocab_type(v), str(L.llama_vocab_type(v))),
+            n_vocab=self.n_vocab,
+            bos=int(L.llama_vocab_bos(v)),
+            eos=int(L.llama_vocab_eos(v)),
+            add_bos=bool(L.llama_vocab_get_add_bos(v)),
+            add_eos=bool(L.llama_vocab_get_add_eos(v)),
+            tokens=[self.token_text(i) for i in range(self.n_vocab)],
+            special=special,
+        )
+
+    # --- chat template -----------------------------------------------------------------------
+    def chat_template(self) -> str | None:
+        t = L.llama_model_chat_template(self._model, None)
+        return t.decode("utf-8") if t else None
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> str:
+        """The GGUF's own Jinja template (as transformers renders it); ChatML when it has none."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        template = self.chat_template()
+        if not template:
+            out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+            return out + "<|im_start|>assistant\n"
+        piece = lambda tok: self.token_text(tok).decode("utf-8", "replace") if tok >= 0 else ""
+        fmt = Jinja2ChatFormatter(
+            template, eos_token=piece(L.llama_vocab_eos(self._vocab)),
+            bos_token=piece(L.llama_vocab_bos(self._vocab)),
+        )
+        return fmt(messages=list(messages)).prompt
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def file_size(self) -> int:
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        if self._ctx:
+            L.llama_batch_free(self._batch)
+            L.llama_free(self._ctx)
+            L.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __del__(self) -> None:  # best effort; close() is the real API
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,92 @@
+"""The tiny protocol the core speaks to a language model, and the cache bookkeeping every model shares.
+
+A model holds a KV cache of the token ids it has evaluated, in position order. ``evaluate``
+appends ids and returns logit rows for the last ``n_logits`` of them; ``truncate`` rolls the
+cache back. Everything in the core (engine, drafters, controller) uses only this, so it runs
+the same on llama.cpp and on the scripted fakes in the tests.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Sequence
+
+import numpy as np
+
+
+class ContextFull(Exception):
+    """The model's context window cannot hold the tokens asked for."""
+
+
+class CachedModel(ABC):
+    """A model with a KV cache of ``self.cached`` ids; subclasses implement the two primitives."""
+
+    n_vocab: int
+    n_ctx: int
+
+    def __init__(self) -> None:
+        self.cached: list[int] = []
+
+    # --- what a backend implements -------------------------------------------------------
+    @abstractmethod
+    def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> Sequence[np.ndarray]:
+        """Evaluate ``tokens`` at positions ``start..``; return n_logits float32 rows of n_vocab
+        (they may be views into the backend's buffer, valid until the next evaluation)."""
+
+    @abstractmethod
+    def _remove(self, start: int) -> None:
+        """Drop cache positions ``start..`` (all sequences of this model)."""
+
+    @abstractmethod
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]: ...
+
+    @abstractmethod
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes of one token's text; byte-level tokens may be a partial UTF-8 char."""
+
+    @abstractmethod
+    def is_eog(self, token: int) -> bool:
+        """End of generation: EOS, EOT, <|im_end|> and the like."""
+
+    # --- shared bookkeeping --------------------------------------------------------------
+    def evaluate(self, tokens: Sequence[int], n_logits: int = 1) -> Sequence[np.ndarray]:
+        """Append ``tokens`` to the cache; logits for the last ``n_logits`` of them."""
+        if not tokens:
+            raise ValueError("evaluate() needs at least one token")
+        if len(self.cached) + len(tokens) > self.n_ctx:
+            raise ContextFull(f"{len(self.cached) + len(tokens)} tokens > context {self.n_ctx}")
+        rows = self._decode(tokens, len(self.cached), n_logits)
+        self.cached.extend(int(t) for t in tokens)
+        return rows
+
+    def truncate(self, n: int) -> None:
+        """Roll the cache back so it holds only its first ``n`` tokens."""
+        if n < len(self.cached):
+            self._remove(n)
+            del self.cached[n:]
+
+    def sync(self, tokens: Sequence[int], n_logits: int = 0) -> Sequence[np.ndarray] | None:
+        """Make the cache hold exactly ``tokens``, evaluating only what is not cached yet.
+
+        This is prefix reuse: a follow-up chat turn shares its history with the cache, so only
+        the new tokens are evaluated. With ``n_logits`` > 0 the last ``n_logits`` tokens are
+        (re-)evaluated so their logit rows can be returned.
+        """
+        keep = common_prefix(self.cached, tokens)
+        keep = min(keep, len(tokens) - n_logits)
+        self.truncate(keep)
+        rest = tokens[keep:]
+        if not rest:
+            return None
+        rows = self.evaluate(rest, max(n_logits, 1))
+        return rows if n_logits else None
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x = np.asarray(a[:n], dtype=np.int64)
+    y = np.asarray(b[:n], dtype=np.int64)
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if len(diff) else n

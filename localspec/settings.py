@@ -1,0 +1,121 @@
+"""User settings: one frozen pydantic model, loaded once in the entry point and passed down.
+
+Stored as JSON in the user config dir. A file that does not parse or validate is never
+overwritten: it is copied aside (``settings.json.bad-YYYYmmdd-HHMMSS``), the defaults are used,
+and the caller gets a message naming the file, the key and the allowed values.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .sampling import SamplingParams
+
+APP = "localspec"
+
+
+def config_dir() -> Path:
+    """``LOCALSPEC_CONFIG_DIR`` wins (tests point it at tmp_path), else the platform's."""
+    env = os.environ.get("LOCALSPEC_CONFIG_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir(APP))
+
+
+def data_dir() -> Path:
+    env = os.environ.get("LOCALSPEC_DATA_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir(APP))
+
+
+class DraftSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_k: int = Field(16, ge=0, le=32, description="Longest draft per step (0 = never draft).")
+    adaptive: bool = Field(True, description="Pick k each step from measured costs; off = always max_k.")
+    p_min: float = Field(0.75, ge=0.0, le=1.0, description="Stop drafting below this draft confidence.")
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    models_dir: Path | None = Field(
+        None, description="Where imported and fallback-downloaded GGUFs live (None: data dir/models)."
+    )
+    gpu_layers: int | None = Field(
+        None, ge=-1, description="Layers offloaded to the GPU; None = all when the build supports it."
+    )
+    threads: int | None = Field(None, ge=1, le=512, description="CPU threads; None = llama.cpp's choice.")
+    n_ctx: int = Field(4096, ge=256, le=1_048_576, description="Context window in tokens.")
+    max_tokens: int = Field(1024, ge=1, le=1_048_576, description="Longest reply in tokens.")
+    default_pair: str | None = Field(None, description="Catalog id of the pair the app opens with.")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    draft: DraftSettings = Field(default_factory=DraftSettings)
+    overflow: Literal["drop_oldest", "refuse"] = Field(
+        "drop_oldest", description="When history + reply exceed the context."
+    )
+    theme: str = Field("textual-dark", description="Textual theme name.")
+
+    def resolved_models_dir(self) -> Path:
+        return self.models_dir or data_dir() / "models"
+
+
+def settings_path() -> Path:
+    return config_dir() / "settings.json"
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
+    """(settings, warning). A missing file gives the defaults silently."""
+    path = path or settings_path()
+    if not path.exists():
+        return Settings(), None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return Settings.model_validate(raw), None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        problem = f"not valid JSON ({e})"
+    except ValidationError as e:
+        problem = describe_validation_error(e)
+    backup = backup_file(path)
+    return Settings(), f"{path}: {problem}. Using defaults; your file was kept as {backup}."
+
+
+def describe_validation_error(e: ValidationError) -> str:
+    """'key.path: message (got value)' for each error, pydantic's wording for the range."""
+    parts = []
+    for err in e.errors():
+        key = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        parts.append(f"{key}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)
+
+
+def backup_file(path: Path) -> Path:
+    backup = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    n = 1
+    while backup.exists():
+        backup = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+        n += 1
+    shutil.copy2(path, backup)
+    return backup
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> Path:
+    """Atomic write (temp file + rename): a crash mid-save leaves the old file intact."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
