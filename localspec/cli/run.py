@@ -1,0 +1,144 @@
+"""``localspec run``: one prompt, headless. The reply streams to stdout; one stats line follows
+on stderr (so stdout stays the reply alone), or ``--json`` prints everything as one object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..sampling import SamplingParams
+from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session
+from ..stats import RunStats
+
+FINISH_NOTES = {
+    "context": "stopped: the context window is full (raise --ctx or shorten the prompt)",
+    "length": None,
+    "eos": None,
+    "stop": None,
+}
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", required=True, type=Path, help="target GGUF file")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--draft", type=Path, help="draft GGUF (same tokenizer as the target)")
+    mode.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
+    mode.add_argument("--no-draft", action="store_true", help="the target alone (baseline)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--gpu-layers", type=int, default=None,
+                   help="layers to offload (default: all if this llama.cpp build supports a GPU, else 0)")
+    p.add_argument("--draft-max", type=int, default=16, help="longest draft per step (default 16)")
+    p.add_argument("--no-adapt", action="store_true",
+                   help="always draft --draft-max tokens instead of choosing k from measured costs")
+    p.add_argument("--p-min", type=float, default=0.75,
+                   help="stop drafting when the draft's top probability is below this (default 0.75)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    d = SamplingParams()
+    p.add_argument("--temp", type=float, default=d.temperature, help="temperature; 0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=d.top_k)
+    p.add_argument("--top-p", type=float, default=d.top_p)
+    p.add_argument("--min-p", type=float, default=d.min_p)
+    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--rule", choices=["speculative", "match"], default="speculative",
+                   help="sampling acceptance rule (default: speculative sampling, min(1, p/q))")
+    p.add_argument("--max-tokens", type=int, default=512)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="generate one reply headless, with statistics")
+    p.add_argument("prompt", help="the user message ('-' reads stdin)")
+    add_model_options(p)
+    add_sampling_options(p)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text")
+    p.add_argument("--json", action="store_true", help="print reply and statistics as one JSON object")
+    p.set_defaults(func=cmd_run)
+
+
+def sampling_from(args) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty, seed=args.seed, rule=args.rule,
+    )
+
+
+def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
+    spec = PairSpec(args.target, args.draft, lookup=args.lookup)
+    options = LoadOptions(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
+                          max_k=args.draft_max, adaptive=not args.no_adapt, p_min=args.p_min)
+    return spec, options
+
+
+def load_session(args) -> Session:
+    """Load or exit with one clear message (exit 2: bad file, 3: incompatible pair)."""
+    from ..llama_backend import ModelLoadError
+
+    spec, options = spec_and_options(args)
+    for path in filter(None, (spec.target, spec.draft)):
+        if not path.is_file():
+            raise SystemExit(_fail(f"error: {path}: no such file", 2))
+    try:
+        return Session.load(spec, options)
+    except IncompatiblePair as e:
+        raise SystemExit(_fail(f"error: {spec.draft} cannot draft for {spec.target}: {e}", 3))
+    except ModelLoadError as e:
+        raise SystemExit(_fail(f"error: {e}", 2))
+
+
+def _fail(message: str, code: int) -> int:
+    print(message, file=sys.stderr)
+    return code
+
+
+def cmd_run(args) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    try:
+        params = sampling_from(args)
+    except ValueError as e:
+        return _fail(f"error: invalid sampling option: {e}", 2)
+    session = load_session(args)
+    messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
+        {"role": "user", "content": prompt}
+    ]
+    stats = RunStats()
+    parts: list[str] = []
+    try:
+        for step in session.chat(messages, params, args.max_tokens, raw=args.raw):
+            stats.add(step)
+            parts.append(step.text)
+            if not args.json and step.text:
+                sys.stdout.write(step.text)
+                sys.stdout.flush()
+    except ContextOverflow as e:
+        return _fail(f"error: {e}", 4)
+    finally:
+        session.close()
+    mode = session.mode
+    if args.json:
+        out = {"text": "".join(parts), "mode": mode, **stats.as_dict(),
+               "target": str(args.target), "draft": str(args.draft) if args.draft else None}
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        print(stats_line(stats, mode), file=sys.stderr)
+    note = FINISH_NOTES.get(stats.finish or "")
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
+def stats_line(s: RunStats, mode: str) -> str:
+    acc = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "n/a"
+    return (
+        f"[{mode}] {s.n_tokens} tokens, {s.tokens_per_second:.1f} tok/s | acceptance {acc} "
+        f"({s.n_accepted}/{s.n_drafted}) | {s.tokens_per_pass:.2f} tokens/pass | "
+        f"draft length {s.mean_draft_length:.1f} (last k={s.last_k}) | "
+        f"draft {s.draft_seconds:.2f}s verify {s.verify_seconds:.2f}s other {s.overhead_seconds:.2f}s "
+        f"prefill {s.prefill_seconds:.2f}s"
+    )

@@ -1,0 +1,219 @@
+"""What a GGUF file says about itself, without loading it: the only module that imports ``gguf``.
+
+Two things are read: the metadata ``localspec models import/check`` show (architecture,
+parameters, quantization, context length, vocab size, KV-cache bytes per token) and the
+vocabulary as llama.cpp sees it (``vocab_info``), so ``compat.check_compatible`` can judge a
+pair without loading either model.
+
+Why not ``gguf.GGUFReader``: it builds a numpy view per array element, which takes about 9 s
+for a 151k-token vocabulary with its merges. We parse the header and key/value section
+ourselves (the format is a flat list of typed values) with ``gguf``'s own type constants, and
+stop before the tensor data. The tests check that both readers agree.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+
+from .compat import Compatibility, VocabInfo, check_compatible
+
+T = gguf.GGUFValueType
+_SCALARS = {
+    T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
+    T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d",
+}
+_NUMPY = {
+    T.UINT8: "<u1", T.INT8: "<i1", T.UINT16: "<u2", T.INT16: "<i2", T.UINT32: "<u4", T.INT32: "<i4",
+    T.FLOAT32: "<f4", T.BOOL: "?", T.UINT64: "<u8", T.INT64: "<i8", T.FLOAT64: "<f8",
+}
+# llama.cpp's LLAMA_TOKEN_NULL: what llama_vocab_bos/eos return when a model has none
+TOKEN_NULL = -1
+# tokenizer.ggml.model -> llama.cpp's vocab type, with the special ids and add-BOS/EOS flags
+# llama.cpp assumes when the file does not set them (llama-vocab.cpp, load())
+_VOCAB_DEFAULTS = {
+    "llama": ("spm", 1, 2, True, False),
+    "gpt2": ("bpe", 11, 11, False, False),
+    "bert": ("wpm", 101, TOKEN_NULL, True, False),
+    "t5": ("ugm", TOKEN_NULL, 1, False, True),
+    "rwkv": ("rwkv", TOKEN_NULL, TOKEN_NULL, False, False),
+    "no_vocab": ("none", TOKEN_NULL, TOKEN_NULL, False, False),
+}
+# BPE pre-tokenizers for which llama.cpp turns add-BOS on by default (Llama 3 and kin)
+_BPE_ADD_BOS = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral"}
+# token types (gguf.TokenType): unknown, control, user-defined count as special, like
+# LLAMA_TOKEN_ATTR_UNKNOWN | CONTROL | USER_DEFINED in the backend
+_SPECIAL_TYPES = {gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED}
+# end-of-generation and fill-in-the-middle texts llama.cpp forces to control type when a file
+# marks them normal (it warns "control-looking token ... will be overridden"); the special set
+# only changes a verdict where target and draft differ on such a token's text
+_CONTROL_LOOKING = {
+    b"<|eot_id|>", b"<|im_end|>", b"<|end|>", b"<end_of_turn>", b"<|endoftext|>", b"<|eom_id|>",
+    b"<EOT>", b"_<EOT>", b"<|end_of_text|>", b"<end_of_utterance>", b"<|return|>", b"<|call|>",
+    b"</s>", "<｜end▁of▁sentence｜>".encode(), b"<|fim_prefix|>", b"<|fim_suffix|>",
+    b"<|fim_middle|>", b"<|fim_pad|>", b"<|repo_name|>", b"<|file_sep|>", b"<fim_prefix>",
+    b"<fim_suffix>", b"<fim_middle>", b"<fim_pad>", b"<fim-prefix>", b"<fim-suffix>",
+    b"<fim-middle>", b"<PRE>", b"<SUF>", b"<MID>", b"<reponame>", b"<filename>",
+}
+
+
+class GgufError(Exception):
+    """Not a GGUF file, or one we cannot read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class GgufInfo:
+    path: Path
+    arch: str
+    name: str
+    params: str  # "1.5B": the file's size label, else counted from the tensors
+    n_params: int
+    quant: str  # "Q4_K_M", "F16", ...
+    context_length: int | None
+    n_vocab: int
+    size_bytes: int
+    kv_bytes_per_token: int  # K and V in F16 for every layer: 2 * n_layer * n_kv_head * head_dim * 2
+
+
+def read_metadata(path: Path | str) -> tuple[dict[str, Any], int]:
+    """(key -> value, parameter count). String arrays come back as lists of bytes."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return _parse(m, path)
+    except (OSError, ValueError) as e:
+        if not path.exists():
+            raise GgufError(f"{path}: no such file") from None
+        if path.is_dir():
+            raise GgufError(f"{path}: is a directory, not a GGUF file") from None
+        raise GgufError(f"{path}: cannot read it as GGUF ({e})") from None
+
+
+def _parse(buf, path: Path) -> tuple[dict[str, Any], int]:
+    if buf[:4] != b"GGUF":
+        raise GgufError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    if version not in (2, 3):
+        raise GgufError(f"{path}: unsupported GGUF version {version} (or a big-endian file)")
+    reader = _Cursor(buf, 24)
+    meta = {}
+    for _ in range(n_kv):
+        key = reader.string().decode("utf-8", "replace")
+        meta[key] = reader.value(T(reader.unpack("<I")))
+    n_params = 0
+    for _ in range(n_tensors):
+        reader.string()
+        n_dims = reader.unpack("<I")
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, reader.pos)
+        reader.pos += 8 * n_dims + 4 + 8  # dims, ggml type, data offset
+        n_params += int(np.prod(dims, dtype=np.int64))
+    return meta, n_params
+
+
+class _Cursor:
+    def __init__(self, buf, pos: int) -> None:
+        self.buf, self.pos = buf, pos
+
+    def unpack(self, fmt: str):
+        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def string(self) -> bytes:
+        n = self.unpack("<Q")
+        s = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return s
+
+    def value(self, vtype: T):
+        if vtype == T.STRING:
+            return self.string()
+        if vtype != T.ARRAY:
+            return self.unpack(_SCALARS[vtype])
+        etype, n = T(self.unpack("<I")), self.unpack("<Q")
+        if etype in _NUMPY:
+            arr = np.frombuffer(self.buf, dtype=_NUMPY[etype], count=n, offset=self.pos)
+            self.pos += arr.nbytes
+            return arr.copy()
+        return [self.value(etype) for _ in range(n)]
+
+
+def read_info(path: Path | str) -> GgufInfo:
+    path = Path(path)
+    meta, n_params = read_metadata(path)
+    arch = _text(meta.get("general.architecture", b"?"))
+    ftype = meta.get("general.file_type")
+    try:
+        quant = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except ValueError:
+        quant = "?" if ftype is None else f"file type {ftype}"
+    ctx = meta.get(f"{arch}.context_length")
+    return GgufInfo(
+        path=path,
+        arch=arch,
+        name=_text(meta.get("general.name", path.stem.encode())),
+        params=_text(meta["general.size_label"]) if "general.size_label" in meta else _size_label(n_params),
+        n_params=n_params,
+        quant=quant,
+        context_length=int(ctx) if ctx is not None else None,
+        n_vocab=len(meta.get("tokenizer.ggml.tokens", ())),
+        size_bytes=path.stat().st_size,
+        kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
+    )
+
+
+def _kv_bytes_per_token(meta: dict, arch: str) -> int:
+    get = lambda k, d=0: meta.get(f"{arch}.{k}", d)
+    n_layer, n_embd, n_head = get("block_count"), get("embedding_length"), get("attention.head_count", 1)
+    n_head = int(np.max(n_head)) if n_head is not None else 1  # some archs store one per layer
+    n_kv = get("attention.head_count_kv", n_head)
+    n_kv = int(np.max(n_kv)) if n_kv is not None else n_head
+    k_dim = get("attention.key_length", n_embd // max(n_head, 1))
+    v_dim = get("attention.value_length", k_dim)
+    return int(n_layer) * int(n_kv) * (int(k_dim) + int(v_dim)) * 2
+
+
+def _size_label(n: int) -> str:
+    if n >= 1e9:
+        return f"{n / 1e9:.1f}B"
+    return f"{n / 1e6:.0f}M"
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def vocab_info(path: Path | str) -> VocabInfo:
+    """The vocabulary as llama.cpp builds it from this file (same defaults and overrides)."""
+    meta, _ = read_metadata(path)
+    model = _text(meta.get("tokenizer.ggml.model", b"no_vocab"))
+    if model not in _VOCAB_DEFAULTS:
+        raise GgufError(f"{path}: unknown tokenizer model {model!r}")
+    vocab_type, bos, eos, add_bos, add_eos = _VOCAB_DEFAULTS[model]
+    if model == "gpt2" and _text(meta.get("tokenizer.ggml.pre", b"")) in _BPE_ADD_BOS:
+        add_bos = True
+    tokens = [bytes(t) for t in meta.get("tokenizer.ggml.tokens", [])]
+    types = meta.get("tokenizer.ggml.token_type")
+    special = {i for i, t in enumerate(types if types is not None else ()) if t in _SPECIAL_TYPES}
+    special |= {i for i, t in enumerate(tokens) if t in _CONTROL_LOOKING}
+    return VocabInfo(
+        vocab_type=vocab_type,
+        n_vocab=len(tokens),
+        bos=int(meta.get("tokenizer.ggml.bos_token_id", bos)),
+        eos=int(meta.get("tokenizer.ggml.eos_token_id", eos)),
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", add_bos)),
+        add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", add_eos)),
+        tokens=tokens,
+        special=frozenset(special),
+    )
+
+
+def check_pair(target: Path | str, draft: Path | str) -> Compatibility:
+    """The engine's rule applied to two files, read without loading them."""
+    return check_compatible(vocab_info(target), vocab_info(draft))

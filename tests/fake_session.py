@@ -1,0 +1,123 @@
+"""A scripted stand-in for :class:`localspec.session.Session` (no llama.cpp).
+
+A script is a list of steps written by hand as ``(pieces, n_accepted, k)``: ``pieces`` are the
+texts of the tokens the step emits, the first ``n_accepted`` of them came from the draft, the
+last is the target's own token; ``k - n_accepted - 1`` more drafted tokens were rejected
+(the first) and discarded (the rest). Token ids are handed out in order, and ``token_text``
+returns the piece (rejected drafts read ``"✗<n>"``), so a test can check colours and the
+inspector against the script.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from localspec.engine import Step
+from localspec.session import PairSpec
+
+ScriptStep = tuple[Sequence[str], int, int]
+
+
+@dataclass
+class FakeSession:
+    script: list[ScriptStep]
+    step_delay: float = 0.0  # seconds slept per step (simulates the model)
+    step_seconds: float = 0.01  # what each Step reports as its wall time
+    baseline_tokens_per_second: float = 50.0
+    baseline_note: str = "fake: 1 / T(1) from the script"
+    spec: PairSpec = field(default_factory=lambda: PairSpec(Path("target.gguf"), Path("draft.gguf")))
+    none_script: list[ScriptStep] | None = None  # what mode="none" replies (race); default: same text
+    none_step_seconds: float = 0.02
+    gate: threading.Event | None = None  # when set: each step after the first waits for it
+    calls: list[dict] = field(default_factory=list)
+    closed: bool = False
+    generator_closed: int = 0
+
+    def __post_init__(self) -> None:
+        self._texts: dict[int, str] = {}
+        self._next_id = 100
+        self.steps_yielded = 0
+
+    @property
+    def mode(self) -> str:
+        return self.spec.mode
+
+    def token_text(self, token: int) -> str:
+        return self._texts.get(token, f"<{token}>")
+
+    def _id(self, text: str) -> int:
+        self._next_id += 1
+        self._texts[self._next_id] = text
+        return self._next_id
+
+    def make_step(self, pieces: Sequence[str], n_accepted: int, k: int, seconds: float,
+                  finish: str | None) -> Step:
+        ids = [self._id(p) for p in pieces]
+        rejected = [self._id(f"✗{i}") for i in range(max(0, k - n_accepted))]
+        if n_accepted == k:  # all kept: the last emitted token is the target's bonus
+            drafted = tuple(ids[:n_accepted])
+        else:
+            drafted = tuple(ids[:n_accepted]) + tuple(rejected)
+        return Step(
+            drafted=drafted, n_accepted=n_accepted, token=ids[-1], emitted=tuple(ids),
+            text="".join(pieces), k=k, predicted_speedup=1.5,
+            prefill_seconds=0.0, draft_seconds=seconds * 0.3, verify_seconds=seconds * 0.6,
+            step_seconds=seconds, finish=finish,
+        )
+
+    def chat(self, messages, params=None, max_tokens: int = 512, mode=None, raw=False,
+             stop=()) -> Iterator[Step]:
+        mode = mode or self.mode
+        self.calls.append({"messages": [dict(m) for m in messages], "params": params,
+                           "max_tokens": max_tokens, "mode": mode})
+        return self._run(mode)
+
+    def _run(self, mode) -> Iterator[Step]:
+        if mode == "none":
+            script = self.none_script or [([p], 0, 0) for s in self.script for p in s[0]]
+            seconds = self.none_step_seconds
+        else:
+            script, seconds = self.script, self.step_seconds
+        try:
+            for i, (pieces, n_acc, k) in enumerate(script):
+                if i and self.gate is not None:
+                    self.gate.wait(10)
+                if self.step_delay:
+                    time.sleep(self.step_delay)
+                finish = "eos" if i == len(script) - 1 else None
+                self.steps_yielded += 1
+                yield self.make_step(pieces, n_acc, k, seconds, finish)
+        finally:
+            self.generator_closed += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+# A short reply, commented step by step (k = draft length asked):
+HELLO = [
+    (["Hello", ","], 1, 3),  # accepts 1 ("Hello"), rejects 1, discards 1; target says ","
+    ([" world"], 0, 2),  # rejects the first draft; target says " world"
+    (["!", " How", " are"], 2, 2),  # accepts both; " are" is the bonus
+    ([" you", "?"], 1, 4),  # accepts 1, rejects 1, discards 2
+]
+HELLO_TEXT = "Hello, world! How are you?"
+
+
+def factory_for(session: FakeSession):
+    """A ``session_factory`` for LocalspecApp that records what it was asked to load."""
+    loaded: list = []
+
+    def load(spec, options, progress=None):
+        if progress:
+            progress("loading fake target")
+        loaded.append((spec, options))
+        session.spec = spec
+        return session
+
+    load.loaded = loaded  # type: ignore[attr-defined]
+    return load

@@ -1,0 +1,77 @@
+"""Scripted fake models for the core tests: logits are a pure function of the cached history,
+so a cache that is not rolled back correctly gives different logits and the tests notice."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from localspec.drafters import Draft
+from localspec.protocol import CachedModel
+
+EOS = 0
+
+
+def hashed_logits(seed: int, n_vocab: int, order: int = 3, eos_bias: float = -2.0) -> Callable:
+    """Logits depend on the last ``order`` tokens and the seed; EOS gets a fixed bias."""
+
+    def fn(history: Sequence[int]) -> np.ndarray:
+        key = [seed, len(history) % 7, *history[-order:]]
+        z = np.random.default_rng(key).standard_normal(n_vocab).astype(np.float32) * 2.0
+        z[EOS] += eos_bias
+        return z
+
+    return fn
+
+
+class FakeModel(CachedModel):
+    def __init__(self, logits_fn: Callable, n_vocab: int, n_ctx: int = 512) -> None:
+        super().__init__()
+        self.fn = logits_fn
+        self.n_vocab = n_vocab
+        self.n_ctx = n_ctx
+        self.decode_calls: list[tuple[int, int]] = []  # (n_tokens, n_logits) per evaluation
+
+    def _decode(self, tokens, start, n_logits):
+        assert start == len(self.cached), "cache bookkeeping out of step"
+        self.decode_calls.append((len(tokens), n_logits))
+        history = list(self.cached) + list(tokens)
+        end = len(history)
+        return [self.fn(history[: end - n_logits + j + 1]) for j in range(n_logits)]
+
+    def _remove(self, start):
+        pass  # logits are recomputed from self.cached, which the base class truncates
+
+    def tokenize(self, text, *, add_bos=True, special=True):
+        return [1 + (b % (self.n_vocab - 1)) for b in text.encode()]
+
+    def token_bytes(self, token):
+        return f"<{token}>".encode()
+
+    def is_eog(self, token):
+        return token == EOS
+
+
+class ScriptedDrafter:
+    """Proposes whatever ``propose(context, k)`` returns, deterministically (q = one-hot)."""
+
+    name = "scripted"
+
+    def __init__(self, propose: Callable[[Sequence[int], int], Sequence[int]]) -> None:
+        self.propose = propose
+        self.calls = 0
+
+    def draft(self, context, k, params, rng):
+        self.calls += 1
+        return Draft(tuple(int(t) for t in self.propose(list(context), k)[:k]))
+
+
+def oracle_greedy(fn: Callable, context: Sequence[int], k: int) -> list[int]:
+    """The target's own greedy continuation: a perfect drafter."""
+    ctx, out = list(context), []
+    for _ in range(k):
+        t = int(np.argmax(fn(ctx)))
+        out.append(t)
+        ctx.append(t)
+    return out

@@ -1,0 +1,192 @@
+"""The speculative loop on scripted fakes: greedy identity, stopping, rollback, the bonus token."""
+
+import numpy as np
+import pytest
+
+from fakes import EOS, FakeModel, ScriptedDrafter, hashed_logits, oracle_greedy
+from localspec.controller import CostModel, DraftController
+from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.engine import SpeculativeEngine, calibrate
+from localspec.sampling import SamplingParams
+
+V = 50
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+def fixed(k):
+    return DraftController(CostModel(verify={1: 1.0}), max_k=k, fixed_k=k)
+
+
+def run(engine, prompt=PROMPT, params=GREEDY, max_tokens=40, stop=()):
+    steps = list(engine.generate(prompt, params, max_tokens, stop))
+    return [t for s in steps for t in s.emitted], steps
+
+
+def target_only(fn, **kw):
+    return run(SpeculativeEngine(FakeModel(fn, V), NoDrafter(), fixed(0)), **kw)
+
+
+class TestGreedyIdentity:
+    @pytest.mark.parametrize("k", [1, 3, 8])
+    @pytest.mark.parametrize("drafter_kind", ["perfect", "always_wrong", "random_model", "noisy_model", "lookup"])
+    def test_speculative_equals_target_only(self, k, drafter_kind):
+        fn = hashed_logits(seed=1, n_vocab=V)
+        expected, _ = target_only(fn)
+        target = FakeModel(fn, V)
+        if drafter_kind == "perfect":
+            drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        elif drafter_kind == "always_wrong":
+            drafter = ScriptedDrafter(lambda ctx, n: [(t + 1) % V for t in oracle_greedy(fn, ctx, n)])
+        elif drafter_kind == "random_model":
+            drafter = ModelDrafter(FakeModel(hashed_logits(seed=99, n_vocab=V), V), V, p_min=0.0)
+        elif drafter_kind == "noisy_model":
+            noisy = lambda h: fn(h) + np.random.default_rng(len(h)).standard_normal(V).astype(np.float32)
+            drafter = ModelDrafter(FakeModel(noisy, V), V, p_min=0.0)
+        else:
+            drafter = PromptLookupDrafter(min_ngram=1)
+        got, steps = run(SpeculativeEngine(target, drafter, fixed(k)))
+        assert got == expected
+        assert sum(len(s.drafted) for s in steps) > 0 or drafter_kind == "lookup"
+
+    def test_perfect_drafter_accepts_everything_and_takes_bonus(self):
+        fn = hashed_logits(seed=2, n_vocab=V, eos_bias=-50)  # no EOS: full-length steps
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(4)), max_tokens=25)
+        assert got == target_only(fn, max_tokens=25)[0]
+        full = steps[:-1]  # the last step may be cut by max_tokens
+        assert all(s.n_accepted == 4 and len(s.emitted) == 5 for s in full)  # 4 accepted + bonus
+        assert len(steps) == 5  # 25 tokens in 5 target passes instead of 25
+
+    def test_always_wrong_drafter_still_yields_one_token_per_step(self):
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-50)
+        drafter = ScriptedDrafter(lambda ctx, n: [(t + 1) % V for t in oracle_greedy(fn, ctx, n)])
+        _, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(3)), max_tokens=10)
+        assert all(s.n_accepted == 0 and len(s.emitted) == 1 for s in steps)
+
+
+class TestStopping:
+    def test_eos_inside_accepted_run_ends_the_reply_there(self):
+        # target: 11, 12, EOS, 13 ... ; the drafter proposes all of it and more
+        script = {6: 11, 7: 12, 8: EOS, 9: 13, 10: 14}
+
+        def fn(h):
+            z = np.zeros(V, dtype=np.float32)
+            z[script.get(len(h), 20)] = 5.0
+            return z
+
+        drafter = ScriptedDrafter(lambda ctx, n: [11, 12, EOS, 13, 14][len(ctx) - 6 :][:n])
+        got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(5)))
+        assert got == [11, 12]
+        assert steps[-1].finish == "eos"
+        assert len(steps) == 1  # one verify: all five accepted, cut at EOS
+
+    def test_max_tokens_cuts_mid_run(self):
+        fn = hashed_logits(seed=4, n_vocab=V, eos_bias=-50)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(8)), max_tokens=7)
+        assert got == target_only(fn, max_tokens=7)[0]
+        assert len(got) == 7 and steps[-1].finish == "length"
+
+    def test_stop_string_inside_run(self):
+        fn = hashed_logits(seed=5, n_vocab=V, eos_bias=-50)
+        full, _ = target_only(fn, max_tokens=12)
+        stop = f"<{full[3]}><{full[4]}>"
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        _, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(8)), stop=[stop], max_tokens=12)
+        text = "".join(s.text for s in steps)
+        assert steps[-1].finish == "stop"
+        assert text == "".join(f"<{t}>" for t in full[:3])
+
+    def test_context_full_ends_with_reason(self):
+        fn = hashed_logits(seed=6, n_vocab=V, eos_bias=-50)
+        target = FakeModel(fn, V, n_ctx=12)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        got, steps = run(SpeculativeEngine(target, drafter, fixed(4)), max_tokens=100)
+        assert steps[-1].finish == "context"
+        assert len(PROMPT) + len(got) == 12
+        assert got == target_only(fn, max_tokens=len(got))[0]
+
+
+class TestRollback:
+    def test_cache_holds_context_minus_pending_after_each_step(self):
+        fn = hashed_logits(seed=7, n_vocab=V)
+        target = FakeModel(fn, V)
+        drafter = ScriptedDrafter(lambda ctx, n: [(t + (i % 2)) % V for i, t in enumerate(oracle_greedy(fn, ctx, n))])
+        context = list(PROMPT)
+        for step in SpeculativeEngine(target, drafter, fixed(4)).generate(PROMPT, GREEDY, 30):
+            context.extend(step.emitted)
+            if not step.finish:
+                assert target.cached == context[:-1]
+
+    def test_each_verify_is_one_batched_evaluation(self):
+        fn = hashed_logits(seed=8, n_vocab=V, eos_bias=-50)
+        target = FakeModel(fn, V)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        _, steps = run(SpeculativeEngine(target, drafter, fixed(4)), max_tokens=20)
+        verifies = target.decode_calls[1:]  # [0] is the prefill
+        assert len(verifies) == len(steps)
+        assert all(n_tok == n_log == 5 for n_tok, n_log in verifies[:-1])
+
+    def test_follow_up_turn_evaluates_only_new_tokens(self):
+        fn = hashed_logits(seed=9, n_vocab=V)
+        target = FakeModel(fn, V)
+        engine = SpeculativeEngine(target, NoDrafter(), fixed(0))
+        first, _ = run(engine, max_tokens=10)
+        target.decode_calls.clear()
+        follow = PROMPT + first + [3, 4, 5]
+        run(engine, prompt=follow, max_tokens=3)
+        prefill_tokens = target.decode_calls[0][0]
+        assert prefill_tokens <= 4  # the new turn's tokens, not the whole history
+
+
+class TestAdaptive:
+    def test_backs_off_when_verify_is_expensive(self):
+        # compute-bound target: T(n) = n, drafting costs 0.3 per token, acceptance ~0.5
+        costs = CostModel(verify={n: float(n) for n in range(1, 18)}, t_draft=0.3)
+        c = DraftController(costs, max_k=8)
+        for _ in range(30):
+            c.observe(4, 2)
+        assert c.best().k == 0
+
+    def test_drafts_long_when_verify_is_cheap(self):
+        costs = CostModel(verify={1: 1.0, 2: 1.05, 4: 1.31, 8: 1.83, 16: 3.0}, t_draft=0.1)
+        c = DraftController(costs, max_k=16)
+        for _ in range(30):
+            c.observe(8, 8)
+            c.observe(8, 6)
+        choice = c.best()
+        assert 4 <= choice.k <= 16 and choice.predicted_speedup > 1.5
+
+    def test_probes_again_after_backing_off(self):
+        costs = CostModel(verify={n: float(n) for n in range(1, 18)}, t_draft=0.3)
+        c = DraftController(costs, max_k=8)
+        ks = [c.choose().k for _ in range(100)]
+        assert 0 < sum(k > 0 for k in ks) <= 4
+
+    def test_calibrate_measures_and_restores_cache(self):
+        fn = hashed_logits(seed=10, n_vocab=V)
+        target = FakeModel(fn, V)
+        target.sync(PROMPT)
+        costs = calibrate(target, sizes=(1, 2, 4))
+        assert set(costs.verify) == {1, 2, 4}
+        assert target.cached == PROMPT
+
+    def test_adaptive_engine_stays_exact(self):
+        fn = hashed_logits(seed=11, n_vocab=V)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        engine = SpeculativeEngine(FakeModel(fn, V), drafter, DraftController(CostModel(), max_k=8))
+        assert run(engine)[0] == target_only(fn)[0]
+
+
+class TestSampling:
+    @pytest.mark.parametrize("rule", ["speculative", "match"])
+    def test_same_seed_same_output(self, rule):
+        fn = hashed_logits(seed=12, n_vocab=V)
+        params = SamplingParams(temperature=0.8, seed=42, rule=rule)
+
+        def once():
+            drafter = ModelDrafter(FakeModel(hashed_logits(seed=13, n_vocab=V), V), V, p_min=0.0)
+            return run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(3)), params=params)[0]
+
+        assert once() == once()

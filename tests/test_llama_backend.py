@@ -1,0 +1,190 @@
+"""The real llama.cpp path on tiny GGUF files the tests write (F32 weights: exact identity)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from localspec.compat import check_compatible
+from localspec.controller import CostModel, DraftController
+from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.engine import SpeculativeEngine
+from localspec.llama_backend import LlamaModel, ModelLoadError
+from localspec.sampling import SamplingParams
+from localspec.session import IncompatiblePair, LoadOptions, PairSpec, Session
+from tiny_gguf import write_tiny_gguf
+
+GREEDY = SamplingParams(temperature=0.0)
+TEXT = "the model is fast and the draft is slow; def x = 1 + 2 안녕 세계 😀"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf")
+    return {
+        "target": write_tiny_gguf(d / "target.gguf", seed=0, n_ctx=2048),
+        # the target plus noise: agrees often, not always (a realistic draft)
+        "draft": write_tiny_gguf(d / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=2048),
+        "other": write_tiny_gguf(d / "other.gguf", seed=2, n_ctx=2048),
+        "big_vocab": write_tiny_gguf(d / "big.gguf", seed=3, extra_pieces=200),
+        "renamed": write_tiny_gguf(d / "renamed.gguf", seed=4, rename={270: "▁zzz"}),
+        "other_eos": write_tiny_gguf(d / "eos.gguf", seed=5, eos=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def target(tiny):
+    m = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
+    yield m
+    m.close()
+
+
+def fixed(k):
+    return DraftController(CostModel(verify={1: 1.0}), max_k=k, fixed_k=k)
+
+
+def generate(target, drafter, k, prompt, n=60, params=GREEDY):
+    engine = SpeculativeEngine(target, drafter, fixed(k))
+    steps = list(engine.generate(prompt, params, n))
+    return [t for s in steps for t in s.emitted], steps
+
+
+class TestGreedyIdentity:
+    @pytest.mark.parametrize("k", [2, 5])
+    def test_draft_model_matches_target_only(self, tiny, target, k):
+        prompt = target.tokenize(TEXT)
+        expected, _ = generate(target, NoDrafter(), 0, prompt)
+        draft = LlamaModel.load(tiny["draft"], n_ctx=2048, threads=1)
+        try:
+            got, steps = generate(target, ModelDrafter(draft, target.n_vocab, p_min=0.0), k, prompt)
+        finally:
+            draft.close()
+        assert got == expected
+        n_drafted = sum(len(s.drafted) for s in steps)
+        n_accepted = sum(s.n_accepted for s in steps)
+        assert 0 < n_accepted < n_drafted  # the noisy draft is partly right: a real test of rollback
+
+    def test_lookup_matches_target_only(self, target):
+        prompt = target.tokenize(TEXT * 3)
+        expected, _ = generate(target, NoDrafter(), 0, prompt)
+        got, _ = generate(target, PromptLookupDrafter(min_ngram=1), 6, prompt)
+        assert got == expected
+
+    def test_target_as_its_own_draft_accepts_everything(self, tiny, target):
+        prompt = target.tokenize(TEXT)
+        same = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
+        try:
+            _, steps = generate(target, ModelDrafter(same, target.n_vocab, p_min=0.0), 4, prompt, n=40)
+        finally:
+            same.close()
+        drafted = sum(len(s.drafted) for s in steps)
+        assert drafted > 0 and sum(s.n_accepted for s in steps) == drafted
+
+
+class TestCache:
+    def test_rollback_then_continue_equals_fresh_evaluation(self, tiny, target):
+        ids = target.tokenize(TEXT)
+        target.truncate(0)
+        target.evaluate(ids[:10], 1)
+        target.evaluate(ids[10:20], 3)  # speculative tokens...
+        target.truncate(12)  # ...mostly rejected
+        rolled = np.array(target.evaluate(ids[12:25], 1)[0])
+        fresh_model = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
+        try:
+            fresh = np.array(fresh_model.evaluate(ids[:25], 1)[0])
+        finally:
+            fresh_model.close()
+        np.testing.assert_allclose(rolled, fresh, rtol=1e-4, atol=1e-4)
+        assert int(rolled.argmax()) == int(fresh.argmax())
+
+    def test_prompt_longer_than_one_batch(self, target):
+        ids = target.tokenize(TEXT * 30)
+        assert len(ids) > 600
+        target.truncate(0)
+        target.sync(ids[:-1])
+        assert target.cached == ids[:-1]
+
+
+class TestText:
+    def test_korean_and_emoji_round_trip_through_token_bytes(self, target):
+        ids = target.tokenize("안녕 세계 😀", add_bos=False)
+        assert b"".join(target.token_bytes(t) for t in ids).decode() == " 안녕 세계 😀"
+
+
+class TestCompatibility:
+    def test_pair_of_same_vocab_is_compatible(self, tiny, target):
+        other = LlamaModel.load(tiny["other"], n_ctx=256, threads=1)
+        try:
+            assert check_compatible(target.vocab_info(), other.vocab_info()).ok
+        finally:
+            other.close()
+
+    @pytest.mark.parametrize("name,fragment", [
+        ("big_vocab", "vocab sizes differ"),
+        ("renamed", "different text"),
+        ("other_eos", "EOS differs"),
+    ])
+    def test_incompatible_pair_is_refused_with_reason(self, tiny, name, fragment):
+        spec = PairSpec(tiny["target"], tiny[name])
+        with pytest.raises(IncompatiblePair) as e:
+            Session.load(spec, LoadOptions(n_ctx=256, threads=1))
+        assert fragment in str(e.value)
+
+    def test_missing_and_non_gguf_files(self, tmp_path):
+        with pytest.raises(ModelLoadError, match="no such file"):
+            LlamaModel.load(tmp_path / "nope.gguf")
+        bad = tmp_path / "bad.gguf"
+        bad.write_bytes(b"not a gguf at all" * 10)
+        with pytest.raises(ModelLoadError, match="could not load"):
+            LlamaModel.load(bad)
+
+
+class TestSession:
+    def test_chat_turns_reuse_the_prefix(self, tiny):
+        s = Session.load(PairSpec(tiny["target"], tiny["draft"]), LoadOptions(n_ctx=1024, threads=1))
+        try:
+            msgs = [{"role": "user", "content": "hello world"}]
+            reply = "".join(st.text for st in s.chat(msgs, GREEDY, 20))
+            first_len = len(s.target.cached)
+            msgs += [{"role": "assistant", "content": reply}, {"role": "user", "content": "more"}]
+            steps = list(s.chat(msgs, GREEDY, 5))
+            assert len(s.target.cached) > first_len
+            assert steps[0].prefill_seconds >= 0
+            # identical to a fresh session's answer to the same history
+            fresh = Session.load(PairSpec(tiny["target"]), LoadOptions(n_ctx=1024, threads=1))
+            try:
+                assert [st.text for st in fresh.chat(msgs, GREEDY, 5)] != [] and \
+                    "".join(st.text for st in fresh.chat(msgs, GREEDY, 5)) == "".join(st.text for st in steps)
+            finally:
+                fresh.close()
+        finally:
+            s.close()
+
+
+class TestCli:
+    def test_run_json(self, tiny, capsys):
+        from localspec.cli import main
+
+        rc = main(["run", "--target", str(tiny["target"]), "--draft", str(tiny["draft"]),
+                   "--threads", "1", "--ctx", "512", "--max-tokens", "16", "--json", "hello"])
+        assert rc == 0
+        out = json.loads(capsys.readouterr().out)
+        for key in ("text", "n_tokens", "tokens_per_second", "acceptance_rate", "tokens_per_pass",
+                    "draft_length", "draft_seconds", "verify_seconds", "mode"):
+            assert key in out
+        assert out["mode"] == "draft" and out["n_tokens"] == 16
+
+    def test_run_streams_text_and_stats_line(self, tiny, capsys):
+        from localspec.cli import main
+
+        rc = main(["run", "--target", str(tiny["target"]), "--lookup", "--threads", "1",
+                   "--ctx", "512", "--max-tokens", "8", "--raw", "hello hello hello"])
+        captured = capsys.readouterr()
+        assert rc == 0 and "tok/s" in captured.err and "[lookup]" in captured.err
+
+    def test_missing_file_exits_nonzero_with_message(self, tmp_path, capsys):
+        from localspec.cli import main
+
+        with pytest.raises(SystemExit) as e:
+            main(["run", "--target", str(tmp_path / "missing.gguf"), "hi"])
+        assert e.value.code == 2 and "no such file" in capsys.readouterr().err
