@@ -87,7 +87,7 @@ def read_metadata(path: Path | str) -> tuple[dict[str, Any], int]:
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return _parse(m, path)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, struct.error) as e:
         if not path.exists():
             raise GgufError(f"{path}: no such file") from None
         if path.is_dir():
@@ -127,6 +127,8 @@ class _Cursor:
 
     def string(self) -> bytes:
         n = self.unpack("<Q")
+        if self.pos + n > len(self.buf):
+            raise ValueError(f"a string at byte {self.pos} runs past the end of the file")
         s = self.buf[self.pos : self.pos + n]
         self.pos += n
         return s
@@ -182,7 +184,7 @@ def _kv_bytes_per_token(meta: dict, arch: str) -> int:
 def _size_label(n: int) -> str:
     if n >= 1e9:
         return f"{n / 1e9:.1f}B"
-    return f"{n / 1e6:.0f}M"
+    return f"{n / 1e6:.0f}M" if n >= 1e6 else f"{n / 1e3:.0f}K"
 
 
 def _text(v) -> str:

@@ -73,6 +73,14 @@ class Settings(BaseModel):
         "drop_oldest", description="When history + reply exceed the context."
     )
     theme: str = Field("textual-dark", description="Textual theme name.")
+    default_draft: str | None = Field(
+        None, description="Draft for the default pair: a draft filename from the catalog, 'lookup' "
+        "(prompt lookup) or 'none'; None = the pair's first compatible draft."
+    )
+    show_draft_tokens: bool = Field(
+        False, description="Chat app: paint tokens accepted from the draft (F2 toggles) instead of Markdown."
+    )
+    export_dir: Path | None = Field(None, description="Where chats are exported as Markdown (None: data dir/exports).")
 
     def resolved_models_dir(self) -> Path:
         return self.models_dir or data_dir() / "models"
