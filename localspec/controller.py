@@ -23,6 +23,10 @@ DECAY = 0.95  # acceptance counts fade so a new kind of text (prose after code) 
 PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0  # alpha starts at 0.75: a typical same-family pair
 FIRST_PROBE, MAX_PROBE = 16, 256  # steps between tries of drafting while k=0 looks best
 PROBE_K = 2
+# Drafting must promise at least this speed-up before it is used: the model leaves out the
+# draft's catch-up on accepted tokens and per-step Python work, a few per cent together.
+MIN_GAIN = 1.05
+OPTIMISTIC_ALPHA = 0.95  # if even this acceptance cannot pay, probing is pointless
 UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best near 4 here
 
 
@@ -40,12 +44,17 @@ class CostModel:
     t_draft: float = 0.0
 
     def T(self, n: int) -> float:
-        """Measured where we have it, linear in between, slope of the last two points beyond."""
-        if n in self.verify:
-            return self.verify[n]
+        """Measured where we have it, linear in between, slope of the last two points beyond;
+        never less than a smaller batch's time (a k-token verify is not cheaper than k-1)."""
         xs = sorted(self.verify)
         if not xs:
             return float("nan")
+        floor = max((self.verify[x] for x in xs if x <= n), default=0.0)
+        return max(self._raw(n, xs), floor)
+
+    def _raw(self, n: int, xs: list[int]) -> float:
+        if n in self.verify:
+            return self.verify[n]
         if len(xs) == 1:
             return self.verify[xs[0]] * n / xs[0]
         if n > xs[-1]:
@@ -58,14 +67,20 @@ class CostModel:
         return max(self.verify[b] + slope * (n - b), 1e-9)
 
     def observe_verify(self, n: int, seconds: float) -> None:
-        old = self.verify.get(n)
-        self.verify[n] = seconds if old is None else (1 - EMA) * old + EMA * seconds
+        self.verify[n] = _smooth(self.verify.get(n), seconds)
 
     def observe_draft(self, n_evals: int, seconds: float) -> None:
         if n_evals <= 0:
             return
-        per = seconds / n_evals
-        self.t_draft = per if self.t_draft == 0.0 else (1 - EMA) * self.t_draft + EMA * per
+        self.t_draft = _smooth(self.t_draft or None, seconds / n_evals)
+
+
+def _smooth(old: float | None, sample: float) -> float:
+    """EMA of timings, with one sample's pull clipped to [old/2, 2 old]: a page fault or a busy
+    neighbour process must not flip the choice of k on its own."""
+    if old is None:
+        return sample
+    return (1 - EMA) * old + EMA * min(max(sample, old / 2), old * 2)
 
 
 @dataclass(frozen=True)
@@ -95,9 +110,16 @@ class DraftController:
     def alpha(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
 
-    def speed(self, k: int) -> float:
+    def speed(self, k: int, alpha: float | None = None) -> float:
         seconds = k * self.costs.t_draft + self.costs.T(k + 1)
-        return expected_tokens(self.alpha, k) / seconds
+        return expected_tokens(self.alpha if alpha is None else alpha, k) / seconds
+
+    def _best_k(self, alpha: float | None = None) -> tuple[int, float]:
+        speeds = [self.speed(k, alpha) for k in range(self.max_k + 1)]
+        k = int(np.argmax(speeds))
+        if speeds[k] < MIN_GAIN * speeds[0]:
+            k = 0
+        return k, speeds[k]
 
     def best(self) -> Choice:
         if not self.costs.verify:  # nothing measured yet (no calibration): start moderate
@@ -106,17 +128,18 @@ class DraftController:
         base = 1.0 / self.costs.T(1)
         if self.fixed_k is not None:
             return Choice(self.fixed_k, self.speed(self.fixed_k), base)
-        speeds = [self.speed(k) for k in range(self.max_k + 1)]
-        k = int(np.argmax(speeds))
-        return Choice(k, speeds[k], base)
+        k, speed = self._best_k()
+        return Choice(k, speed, base)
 
     def choose(self) -> Choice:
         """The best k, except that while k = 0 wins it still drafts a little now and then: the
         acceptance estimate can only change when something is drafted. Probes back off
-        exponentially, so on hardware where drafting never pays they cost well under 1 %."""
+        exponentially, and stop altogether when even a near-perfect draft could not pay."""
         choice = self.best()
-        if choice.k > 0 or self.fixed_k is not None:
+        if choice.k > 0 or self.fixed_k is not None or not self.costs.verify:
             return choice
+        if self._best_k(OPTIMISTIC_ALPHA)[0] == 0:
+            return choice  # the hardware rules drafting out whatever the acceptance
         self._since_draft += 1
         if self._since_draft >= self._probe_every:
             self._since_draft = 0

@@ -182,13 +182,16 @@ class _History:
 def calibrate(target: CachedModel, sizes: Sequence[int] = (1, 2, 4, 8, 16), token: int = 0,
               draft: CachedModel | None = None, repeats: int = 2) -> CostModel:
     """Measure T(n) for the target (and one draft pass) on this machine, then leave both
-    caches as they were. Each size runs ``repeats`` times and the fastest is kept: the first
-    run pays for warm-up."""
+    caches as they were. After one warm-up pass (freshly loaded weights are paged in from
+    disk on first use), each size runs ``repeats`` times and the fastest is kept: noise on a
+    busy machine only ever adds time."""
     costs = CostModel()
     for model, ns in ((target, sizes), (draft, (1,))):
         if model is None:
             continue
         saved = list(model.cached)
+        model.truncate(0)
+        model.evaluate([token] * min(max(ns), model.n_ctx), 1)  # warm-up: page the weights in
         model.truncate(0)
         for n in ns:
             if n > model.n_ctx:

@@ -129,17 +129,21 @@ class Session:
         return self.target.tokenize(self.target.apply_chat_template(messages), add_bos=False)
 
     def fit(self, messages: Sequence[dict], max_tokens: int, raw: bool = False) -> tuple[list[int], list[dict]]:
-        """Prompt tokens that leave room for the reply; drops the oldest turns (system kept)."""
+        """Prompt tokens that leave room for the reply (up to a quarter of the context), and
+        the messages they came from: the oldest turns are dropped first, the system prompt
+        and the last message never. With ``overflow="refuse"`` nothing is dropped."""
         msgs = list(messages)
+        room = min(max_tokens, self.target.n_ctx // 4)
         while True:
             ids = self.prompt_tokens(msgs, raw)
-            if len(ids) + min(max_tokens, 64) <= self.target.n_ctx:
+            if len(ids) + room <= self.target.n_ctx:
                 return ids, msgs
             droppable = [i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"]
             if self.options.overflow == "refuse" or not droppable:
                 raise ContextOverflow(
-                    f"the conversation is {len(ids)} tokens; the context holds {self.target.n_ctx}. "
-                    "Start a new chat, shorten the message, or raise --ctx."
+                    f"the conversation is {len(ids)} tokens and the reply needs {room} more; the "
+                    f"context holds {self.target.n_ctx}. Start a new chat, shorten the message, "
+                    "or raise the context size (--ctx)."
                 )
             del msgs[droppable[0]]
 
@@ -149,6 +153,12 @@ class Session:
         ids, _ = self.fit(messages, max_tokens, raw)
         with self.lock:
             yield from self.engine(mode).generate(ids, params, max_tokens, stop)
+
+    def reset(self) -> None:
+        """Empty both KV caches (the next turn is evaluated from scratch)."""
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.truncate(0)
 
     def close(self) -> None:
         for m in (self.draft, self.target):

@@ -158,12 +158,6 @@ class TestAdaptive:
         choice = c.best()
         assert 4 <= choice.k <= 16 and choice.predicted_speedup > 1.5
 
-    def test_probes_again_after_backing_off(self):
-        costs = CostModel(verify={n: float(n) for n in range(1, 18)}, t_draft=0.3)
-        c = DraftController(costs, max_k=8)
-        ks = [c.choose().k for _ in range(100)]
-        assert 0 < sum(k > 0 for k in ks) <= 4
-
     def test_calibrate_measures_and_restores_cache(self):
         fn = hashed_logits(seed=10, n_vocab=V)
         target = FakeModel(fn, V)
@@ -190,3 +184,20 @@ class TestSampling:
             return run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(3)), params=params)[0]
 
         assert once() == once()
+
+
+class TestProbing:
+    def test_no_probes_when_even_perfect_drafts_cannot_pay(self):
+        # verify cost grows 1:1 with n and drafting is not free: no acceptance can win
+        costs = CostModel(verify={n: float(n) for n in range(1, 18)}, t_draft=0.3)
+        c = DraftController(costs, max_k=8)
+        assert all(c.choose().k == 0 for _ in range(300))
+
+    def test_probes_when_good_acceptance_would_pay(self):
+        costs = CostModel(verify={1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15)
+        c = DraftController(costs, max_k=8)
+        for _ in range(40):
+            c.observe(4, 0)  # a run of bad drafts: k = 0 now looks best
+        assert c.best().k == 0
+        ks = [c.choose().k for _ in range(100)]
+        assert 0 < sum(k > 0 for k in ks) <= 4

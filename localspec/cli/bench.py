@@ -1,6 +1,69 @@
-"""`localspec bench` (placeholder until its issue lands)."""
+"""``localspec bench``: speculative vs target-only, side by side, with the cost curve."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from .run import add_model_options, load_session
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="(not built yet)")
-    p.set_defaults(func=lambda args: (_ for _ in ()).throw(SystemExit("not built yet")))
+    p = sub.add_parser("bench", help="measure speed-ups side by side on a prompt suite")
+    add_model_options(p, exclusive=False)
+    p.add_argument("--suite", default="default", help="'default' or a JSON suite file")
+    p.add_argument("--temp", type=float, action="append", help="temperature(s); repeat the flag (default 0)")
+    p.add_argument("--repeats", type=int, default=1, help="interleaved repeats per prompt and mode")
+    p.add_argument("--max-tokens", type=int, default=None, help="override the suite's reply length")
+    p.add_argument("--prompts", default=None, help="comma-separated prompt ids to run")
+    p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
+    p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
+    p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
+    p.set_defaults(func=cmd_bench)
+
+
+def progress_bar(done: int, total: int, label: str) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:<50}")
+    if done >= total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def cmd_bench(args) -> int:
+    from .. import bench
+
+    try:
+        suite = bench.load_suite(args.suite)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.quick:
+        suite = bench.quick(suite)
+    if args.prompts:
+        wanted = set(args.prompts.split(","))
+        suite = {**suite, "prompts": [p for p in suite["prompts"] if p["id"] in wanted]}
+        if not suite["prompts"]:
+            print(f"error: no prompt with id in {sorted(wanted)}", file=sys.stderr)
+            return 2
+    if args.max_tokens:
+        suite = {**suite, "max_tokens": args.max_tokens}
+    modes = ["none"] + (["draft"] if args.draft else []) + (["lookup"] if args.lookup else [])
+    lookup = args.lookup
+    args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
+    session = load_session(args)
+    try:
+        rep = bench.run_bench(session, suite, modes, args.temp or [0.0], args.repeats,
+                              progress=progress_bar)
+    finally:
+        session.close()
+    rep["lookup"] = lookup
+    md = bench.markdown(rep)
+    print(md)
+    if args.json:
+        args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
+    if args.markdown:
+        args.markdown.write_text(md)
+    return 0

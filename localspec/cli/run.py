@@ -20,9 +20,10 @@ FINISH_NOTES = {
 }
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
+def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True) -> None:
+    """Model flags; ``exclusive=False`` lets bench take --draft and --lookup together."""
     p.add_argument("--target", required=True, type=Path, help="target GGUF file")
-    mode = p.add_mutually_exclusive_group()
+    mode = p.add_mutually_exclusive_group() if exclusive else p
     mode.add_argument("--draft", type=Path, help="draft GGUF (same tokenizer as the target)")
     mode.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
     mode.add_argument("--no-draft", action="store_true", help="the target alone (baseline)")

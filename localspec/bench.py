@@ -1,0 +1,241 @@
+"""Measured speed-ups, side by side: every mode runs on the same prompt, interleaved
+(A, B, A, B ...) after a warm-up, so a noisy machine slows them alike. Speed-ups are ratios of
+runs measured in this process, never against a stored number. Returns data; the CLI prints.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .controller import CostModel, expected_tokens
+from .engine import calibrate
+from .sampling import SamplingParams
+from .stats import RunStats
+
+QUICK_PROMPTS = ("code-intervals", "edit-refactor", "explain-gil")
+QUICK_MAX_TOKENS = 48
+COST_SIZES = tuple(range(1, 17))
+
+
+@dataclass
+class Run:
+    prompt_id: str
+    category: str
+    mode: str
+    temperature: float
+    stats: dict
+    text: str
+    tokens: list[int] = field(repr=False)
+    alpha: float | None  # per-token acceptance (geometric estimate) of this run
+
+
+@dataclass
+class Row:
+    """One prompt x mode x temperature, medians over repeats."""
+
+    prompt_id: str
+    category: str
+    mode: str
+    temperature: float
+    tokens_per_second: float
+    speedup: float | None  # this mode's tokens/s / target-only tokens/s, same prompt, same run
+    acceptance_rate: float | None
+    tokens_per_pass: float
+    draft_length: float
+    time_to_first_token: float | None
+    draft_seconds: float
+    verify_seconds: float
+    overhead_seconds: float
+    overhead_fraction: float
+    identical: bool | None  # greedy only: same text as target-only
+    divergence: dict | None  # greedy, not identical: first differing token and target top-2 gap
+    predicted_speedup: float | None  # Leviathan et al. with the measured T(k) and acceptance
+    achieved_over_predicted: float | None
+    n_tokens: int
+
+
+def load_suite(name_or_path: str = "default") -> dict:
+    if name_or_path == "default":
+        return json.loads(resources.files("localspec").joinpath("suites/default.json").read_text("utf-8"))
+    path = Path(name_or_path)
+    try:
+        suite = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the suite ({e})") from e
+    if not isinstance(suite.get("prompts"), list) or not all("prompt" in p for p in suite["prompts"]):
+        raise ValueError(f"{path}: a suite is {{\"prompts\": [{{\"id\", \"category\", \"prompt\"}}, ...]}}")
+    for i, p in enumerate(suite["prompts"]):
+        p.setdefault("id", f"prompt-{i + 1}")
+        p.setdefault("category", "custom")
+    return suite
+
+
+def quick(suite: dict) -> dict:
+    prompts = [p for p in suite["prompts"] if p["id"] in QUICK_PROMPTS] or suite["prompts"][:3]
+    return {**suite, "prompts": prompts, "max_tokens": QUICK_MAX_TOKENS}
+
+
+def measure_costs(session) -> CostModel:
+    """T(k) for k = 1..16 and one draft pass, best of 3, caches restored."""
+    return calibrate(session.target, COST_SIZES, draft=session.draft, repeats=3)
+
+
+def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int) -> Run:
+    session.reset()  # every run starts cold: no prefix reuse across modes
+    stats = RunStats()
+    tokens: list[int] = []
+    text: list[str] = []
+    n_rejections = 0
+    for step in session.chat([{"role": "user", "content": prompt["prompt"]}], params, max_tokens, mode=mode):
+        stats.add(step)
+        tokens.extend(step.emitted)
+        text.append(step.text)
+        n_rejections += step.n_accepted < len(step.drafted)
+    alpha = stats.n_accepted / (stats.n_accepted + n_rejections) if stats.n_drafted else None
+    return Run(prompt["id"], prompt["category"], mode, params.temperature, stats.as_dict(),
+               "".join(text), tokens, alpha)
+
+
+def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, max_k: int = 16) -> float | None:
+    """Best expected speed-up over k (Leviathan et al. eq. with T(k+1) measured)."""
+    if alpha is None or mode == "none":
+        return None
+    t_draft = costs.t_draft if mode == "draft" else 0.0
+    base = 1.0 / costs.T(1)
+    best = max(expected_tokens(alpha, k) / (k * t_draft + costs.T(k + 1)) for k in range(max_k + 1))
+    return best / base
+
+
+def first_divergence(session, prompt: dict, ref: Sequence[int], got: Sequence[int]) -> dict | None:
+    """Where a greedy speculative text parts from target-only: index and the target-only
+    top-2 logit gap there (a near-tie means kernel numerics, a large gap a real bug)."""
+    n = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), None)
+    if n is None:
+        return None if len(ref) == len(got) else {"index": min(len(ref), len(got)), "gap": None}
+    session.reset()
+    ids = session.fit([{"role": "user", "content": prompt["prompt"]}], 1)[0]
+    row = np.array(session.target.sync(ids + list(ref[:n]), n_logits=1)[0])
+    top2 = np.sort(row)[-2:]
+    session.reset()
+    return {"index": n, "gap": float(top2[1] - top2[0])}
+
+
+def run_bench(session, suite: dict, modes: Sequence[str], temperatures: Sequence[float],
+              repeats: int = 1, seed: int = 1234,
+              progress: Callable[[int, int, str], None] | None = None) -> dict:
+    costs = measure_costs(session)
+    max_tokens = suite.get("max_tokens", 200)
+    prompts = suite["prompts"]
+    total = len(prompts) * len(modes) * len(temperatures) * repeats + 1
+    done = 0
+    say = progress or (lambda *_: None)
+    say(done, total, "warm-up")
+    run_once(session, prompts[0], modes[0], SamplingParams(), 8)  # page weights in, warm caches
+    done += 1
+    rows: list[Row] = []
+    for prompt in prompts:
+        for temp in temperatures:
+            params = SamplingParams(temperature=temp, seed=seed)
+            runs: dict[str, list[Run]] = {m: [] for m in modes}
+            for _ in range(repeats):
+                for mode in modes:  # interleaved: A, B, C, A, B, C
+                    say(done, total, f"{prompt['id']} {mode} t={temp}")
+                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens))
+                    done += 1
+            rows += summarise(session, costs, prompt, temp, runs)
+    say(done, total, "done")
+    return report(rows, costs, session, suite, modes, temperatures, repeats)
+
+
+def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[Row]:
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    base = med([r.stats["tokens_per_second"] for r in runs.get("none", [])])
+    ref = runs["none"][0] if "none" in runs else None
+    out = []
+    for mode, rs in runs.items():
+        s = [r.stats for r in rs]
+        tps = med([x["tokens_per_second"] for x in s])
+        alpha = med([r.alpha for r in rs if r.alpha is not None])
+        pred = predicted_speedup(costs, alpha, mode)
+        speedup = tps / base if base else None
+        identical = divergence = None
+        if temp == 0.0 and ref is not None and mode != "none":
+            identical = all(r.tokens == ref.tokens for r in rs)
+            if not identical:
+                divergence = first_divergence(session, prompt, ref.tokens, rs[0].tokens)
+        decode = med([x["decode_seconds"] for x in s]) or 0.0
+        over = med([x["overhead_seconds"] for x in s]) or 0.0
+        out.append(Row(
+            prompt["id"], prompt["category"], mode, temp, tps, speedup,
+            med([x["acceptance_rate"] for x in s if x["acceptance_rate"] is not None]),
+            med([x["tokens_per_pass"] for x in s]), med([x["draft_length"] for x in s]),
+            med([x["time_to_first_token"] for x in s if x["time_to_first_token"] is not None]),
+            med([x["draft_seconds"] for x in s]), med([x["verify_seconds"] for x in s]), over,
+            over / decode if decode else 0.0, identical, divergence, pred,
+            (speedup / pred) if (speedup and pred) else None, int(med([x["n_tokens"] for x in s])),
+        ))
+    return out
+
+
+def report(rows: list[Row], costs: CostModel, session, suite, modes, temperatures, repeats) -> dict:
+    t1 = costs.T(1)
+    summary = {}
+    for mode in modes:
+        for temp in temperatures:
+            sel = [r for r in rows if r.mode == mode and r.temperature == temp]
+            ups = [r.speedup for r in sel if r.speedup]
+            summary[f"{mode}@{temp}"] = {
+                "median_tokens_per_second": statistics.median([r.tokens_per_second for r in sel]),
+                "median_speedup": statistics.median(ups) if ups else None,
+                "min_speedup": min(ups) if ups else None,
+                "identical": sum(1 for r in sel if r.identical) if temp == 0.0 and mode != "none" else None,
+                "by_category": {
+                    c: statistics.median([r.speedup for r in sel if r.category == c and r.speedup])
+                    for c in sorted({r.category for r in sel}) if any(r.speedup for r in sel if r.category == c)
+                },
+            }
+    return {
+        "target": str(session.spec.target),
+        "draft": str(session.spec.draft) if session.spec.draft else None,
+        "suite": suite.get("name", "custom"),
+        "max_tokens": suite.get("max_tokens"),
+        "repeats": repeats,
+        "cost_curve": {
+            "verify_seconds": {str(k): costs.T(k) for k in COST_SIZES},
+            "verify_ratio": {str(k): costs.T(k) / t1 for k in COST_SIZES},
+            "draft_seconds_per_token": costs.t_draft or None,
+        },
+        "summary": summary,
+        "rows": [asdict(r) for r in rows],
+    }
+
+
+def markdown(rep: dict) -> str:
+    lines = [f"Target `{rep['target']}`, draft `{rep['draft']}`, suite {rep['suite']}, "
+             f"{rep['max_tokens']} tokens, {rep['repeats']} repeat(s).", "",
+             "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred | overhead |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda x, p=2: "—" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))  # noqa: E731
+    for r in rep["rows"]:
+        ident = "—" if r["identical"] is None else ("yes" if r["identical"] else
+                f"no (at {r['divergence']['index']}, gap {f(r['divergence']['gap'], 3)})")
+        lines.append(f"| {r['prompt_id']} | {r['mode']} | {r['temperature']} | {f(r['tokens_per_second'], 1)} | "
+                     f"{f(r['speedup'])} | {f(r['acceptance_rate'])} | {f(r['tokens_per_pass'])} | {ident} | "
+                     f"{f(r['predicted_speedup'])} | {f(r['achieved_over_predicted'])} | {r['overhead_fraction']:.1%} |")
+    lines += ["", "| mode | median tok/s | median speed-up | min speed-up | by category |", "|---|---|---|---|---|"]
+    for key, s in rep["summary"].items():
+        cats = ", ".join(f"{c} {v:.2f}" for c, v in s["by_category"].items())
+        lines.append(f"| {key} | {f(s['median_tokens_per_second'], 1)} | {f(s['median_speedup'])} | "
+                     f"{f(s['min_speedup'])} | {cats} |")
+    curve = rep["cost_curve"]["verify_ratio"]
+    lines += ["", "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in curve.items()),
+              f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
+              f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,92 @@
+"""Session behaviour on tiny real GGUFs: trimming long conversations, cancellation, prefix reuse."""
+
+import pytest
+
+from localspec.sampling import SamplingParams
+from localspec.session import ContextOverflow, LoadOptions, PairSpec, Session
+from tiny_gguf import write_tiny_gguf
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf")
+    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+
+
+def load(pair, draft=True, **kw):
+    opts = LoadOptions(n_ctx=kw.pop("n_ctx", 512), threads=1, **kw)
+    return Session.load(PairSpec(pair[0], pair[1] if draft else None), opts)
+
+
+def reply(session, msgs, n=12, mode=None):
+    return "".join(s.text for s in session.chat(msgs, GREEDY, n, mode=mode))
+
+
+def long_history(turns=12):
+    msgs = [{"role": "system", "content": "be brief"}]
+    for i in range(turns):
+        msgs += [{"role": "user", "content": f"question {i} " + "the model is fast " * 4},
+                 {"role": "assistant", "content": "the draft is slow " * 4}]
+    return msgs + [{"role": "user", "content": "last question"}]
+
+
+class TestTrimming:
+    def test_oldest_turns_dropped_system_kept(self, pair):
+        s = load(pair)
+        try:
+            msgs = long_history()
+            ids, kept = s.fit(msgs, 64)
+            assert len(ids) + 64 <= s.target.n_ctx
+            assert kept[0]["role"] == "system" and kept[-1] == msgs[-1]
+            assert len(kept) < len(msgs)
+            assert kept[1:] == msgs[len(msgs) - len(kept) + 1 :]  # a suffix of the history
+        finally:
+            s.close()
+
+    def test_output_after_trim_equals_fresh_evaluation_of_trimmed_history(self, pair):
+        s = load(pair)
+        try:
+            reply(s, long_history(3))  # warm caches with a different, earlier conversation
+            msgs = long_history()
+            got = reply(s, msgs)
+            _, kept = s.fit(msgs, 12)
+        finally:
+            s.close()
+        fresh = load(pair, draft=False)
+        try:
+            assert got == reply(fresh, kept)
+        finally:
+            fresh.close()
+
+    def test_refuse_setting_raises_clear_error(self, pair):
+        s = load(pair, overflow="refuse")
+        try:
+            with pytest.raises(ContextOverflow, match="raise the context size"):
+                reply(s, long_history())
+        finally:
+            s.close()
+
+
+class TestCancellation:
+    @pytest.mark.parametrize("stop_after", [1, 3])
+    def test_next_turn_after_cancel_equals_fresh_run(self, pair, stop_after):
+        s = load(pair)
+        msgs = [{"role": "user", "content": "hello world the model"}]
+        try:
+            gen = s.chat(msgs, GREEDY, 40, mode="draft")
+            for i, _ in enumerate(gen):
+                if i + 1 == stop_after:
+                    break
+            gen.close()  # Esc: stop iterating between steps
+            follow = msgs + [{"role": "assistant", "content": "partial"}, {"role": "user", "content": "again"}]
+            got = reply(s, follow, mode="draft")
+        finally:
+            s.close()
+        fresh = load(pair, draft=False)
+        try:
+            assert got == reply(fresh, follow)
+        finally:
+            fresh.close()
