@@ -87,13 +87,22 @@ def measure_costs(session) -> CostModel:
     return calibrate(session.target, COST_SIZES, draft=session.draft, repeats=3)
 
 
+def split_mode(mode: str) -> tuple[str, str]:
+    """'draft:match' is the draft mode verified by token matching (for the rule comparison)."""
+    base, _, rule = mode.partition(":")
+    return base, rule or "speculative"
+
+
 def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int) -> Run:
     session.reset()  # every run starts cold: no prefix reuse across modes
+    base_mode, rule = split_mode(mode)
+    params = params.model_copy(update={"rule": rule})
     stats = RunStats()
     tokens: list[int] = []
     text: list[str] = []
     n_rejections = 0
-    for step in session.chat([{"role": "user", "content": prompt["prompt"]}], params, max_tokens, mode=mode):
+    msgs = [{"role": "user", "content": prompt["prompt"]}]
+    for step in session.chat(msgs, params, max_tokens, mode=base_mode):
         stats.add(step)
         tokens.extend(step.emitted)
         text.append(step.text)
@@ -105,6 +114,7 @@ def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_token
 
 def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, max_k: int = 16) -> float | None:
     """Best expected speed-up over k (Leviathan et al. eq. with T(k+1) measured)."""
+    mode = split_mode(mode)[0]
     if alpha is None or mode == "none":
         return None
     t_draft = costs.t_draft if mode == "draft" else 0.0
@@ -202,6 +212,7 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
                 },
             }
     return {
+        "memory": memory_report(session),
         "target": str(session.spec.target),
         "draft": str(session.spec.draft) if session.spec.draft else None,
         "suite": suite.get("name", "custom"),
@@ -215,6 +226,24 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
         "summary": summary,
         "rows": [asdict(r) for r in rows],
     }
+
+
+def memory_report(session) -> dict:
+    """Resident memory now vs what the models need: file sizes + KV cache at this context."""
+    from . import ggufinfo
+
+    page = 4096
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * page
+    except OSError:
+        rss = None
+    need = 0
+    for m in filter(None, (session.target, session.draft)):
+        info = ggufinfo.read_info(m.path)
+        need += info.size_bytes + info.kv_bytes_per_token * m.n_ctx
+    return {"rss_bytes": rss, "files_plus_kv_bytes": need,
+            "rss_over_need": (rss / need) if rss and need else None}
 
 
 def markdown(rep: dict) -> str:
@@ -238,4 +267,8 @@ def markdown(rep: dict) -> str:
     lines += ["", "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in curve.items()),
               f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
               f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s"]
+    mem = rep.get("memory") or {}
+    if mem.get("rss_bytes"):
+        lines.append(f"Memory: RSS {mem['rss_bytes'] / 1e9:.2f} GB vs files + KV cache "
+                     f"{mem['files_plus_kv_bytes'] / 1e9:.2f} GB ({mem['rss_over_need']:.2f}x)")
     return "\n".join(lines) + "\n"

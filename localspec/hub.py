@@ -17,6 +17,7 @@ times within one call); a new call after the process was stopped starts that fil
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -128,7 +129,9 @@ def _hub_error(e: Exception, repo: str, filename: str) -> Exception:
         return HubUnavailable(f"the hub stopped answering while fetching {what}")
     if isinstance(e, (RevisionNotFoundError, EntryNotFoundError)):
         return HubFileMissing(f"{repo} has no file {filename!r} ({_first_line(e)})")
-    if isinstance(e, _TRANSFER_ERRORS):  # network, disk full, size check
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:  # disk full: no other source helps
+        return e
+    if isinstance(e, _TRANSFER_ERRORS):  # network, size check
         return HubUnavailable(f"downloading {what} failed: {_first_line(e)}")
     return e
 

@@ -74,8 +74,14 @@ class Session:
     def load(cls, spec: PairSpec, options: LoadOptions = LoadOptions(),
              progress: Callable[[str], None] | None = None) -> "Session":
         from . import llama_backend as backend  # the only adapter that imports llama_cpp
+        from . import preflight
 
         say = progress or (lambda _msg: None)
+        # one clear ModelFileError for a missing, foreign, truncated, unsupported or too-large
+        # file (the pair's memory summed) before llama.cpp touches either file
+        offload = backend.supports_gpu_offload()
+        gpu_layers = (-1 if options.gpu_layers is None else options.gpu_layers) if offload else 0
+        preflight.check_model_files(list(filter(None, (spec.target, spec.draft))), options.n_ctx, gpu_layers)
         say(f"loading target {spec.target.name}")
         target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, options.gpu_layers)
         draft = compat = None

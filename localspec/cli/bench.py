@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="override the suite's reply length")
     p.add_argument("--prompts", default=None, help="comma-separated prompt ids to run")
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
+    p.add_argument("--compare-rules", action="store_true",
+                   help="at temperature > 0 also run token matching ('draft:match') beside speculative sampling")
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.set_defaults(func=cmd_bench)
@@ -51,6 +53,8 @@ def cmd_bench(args) -> int:
     if args.max_tokens:
         suite = {**suite, "max_tokens": args.max_tokens}
     modes = ["none"] + (["draft"] if args.draft else []) + (["lookup"] if args.lookup else [])
+    if args.compare_rules:
+        modes += [f"{m}:match" for m in modes if m != "none"]
     lookup = args.lookup
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args)

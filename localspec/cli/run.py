@@ -77,18 +77,16 @@ def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
 
 
 def load_session(args) -> Session:
-    """Load or exit with one clear message (exit 2: bad file, 3: incompatible pair)."""
+    """Load or exit with one clear message (exit 2: bad or too large file, 3: incompatible pair)."""
     from ..llama_backend import ModelLoadError
+    from ..preflight import ModelFileError
 
     spec, options = spec_and_options(args)
-    for path in filter(None, (spec.target, spec.draft)):
-        if not path.is_file():
-            raise SystemExit(_fail(f"error: {path}: no such file", 2))
     try:
         return Session.load(spec, options)
     except IncompatiblePair as e:
         raise SystemExit(_fail(f"error: {spec.draft} cannot draft for {spec.target}: {e}", 3))
-    except ModelLoadError as e:
+    except (ModelFileError, ModelLoadError) as e:
         raise SystemExit(_fail(f"error: {e}", 2))
 
 
@@ -97,8 +95,17 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def read_prompt(arg: str) -> str:
+    """'-' reads stdin as bytes: invalid UTF-8 in a piped file becomes U+FFFD, not a traceback."""
+    if arg != "-":
+        return arg
+    return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+
+
 def cmd_run(args) -> int:
-    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    prompt = read_prompt(args.prompt)
+    if not prompt.strip():
+        return _fail("error: the prompt is empty: give the message as an argument, or '-' and pipe it in", 2)
     try:
         params = sampling_from(args)
     except ValueError as e:

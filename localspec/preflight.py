@@ -1,0 +1,240 @@
+"""Checks on a model file before llama.cpp sees it, so each way a file can be wrong gets one
+clear message instead of llama.cpp's "failed to load model" (or the kernel's OOM killer).
+
+In order: the path exists and is a file; it starts with the GGUF magic; the file is as long as
+its header says (a download cut short is the usual cause of a truncated file); the
+architecture is one this build of llama.cpp knows; and the model fits in memory.
+
+Memory estimate (host RAM, the share of layers not offloaded to a GPU):
+    weights (file size) + KV cache + 10% compute buffers, where
+    KV cache = n_layer x n_ctx x (n_embd_k_gqa + n_embd_v_gqa) x 2 bytes (F16 K and V),
+compared with MemAvailable from /proc/meminfo (the check is skipped where that is unknown).
+The header is read with ``ggufinfo``'s cursor and ``gguf``'s type-size table; nothing here
+imports llama_cpp, so a check costs a header read, not a model load.
+"""
+
+from __future__ import annotations
+
+import mmap
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import gguf
+
+from .ggufinfo import T, _Cursor, _kv_bytes_per_token
+
+# Tuning choice: llama.cpp's compute buffers are a few hundred MB for 1-8B models at 4k
+# context; 10% of weights + KV is a round figure that covers them without refusing models
+# that would load.
+COMPUTE_OVERHEAD = 0.10
+GB = 1e9
+
+# LLM_ARCH_NAMES from vendor/llama.cpp/src/llama-arch.cpp in llama-cpp-python 0.3.36 (the
+# version pyproject pins), less "clip" (a dummy for llama-quantize: mmproj files) and
+# "(unknown)". Update it with the pin.
+SUPPORTED_ARCHITECTURES = (
+    "llama", "llama4", "deci", "falcon", "grok", "gpt2", "gptj", "gptneox", "mpt", "baichuan",
+    "starcoder", "refact", "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert",
+    "jina-bert-v2", "jina-bert-v3", "eurobert", "bloom", "stablelm", "qwen", "qwen2",
+    "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3next", "qwen3vl", "qwen3vlmoe", "qwen35",
+    "qwen35moe", "qwen4exp", "phi2", "phi3", "phimoe", "plamo", "plamo2", "plamo3", "codeshell",
+    "orion", "internlm2", "minicpm", "minicpm3", "gemma", "gemma2", "gemma3", "gemma3n",
+    "gemma4", "gemma4-assistant", "gemma-embedding", "starcoder2", "mamba", "mamba2", "maple",
+    "jamba", "falcon-h1", "xverse", "command-r", "cohere2", "cohere2moe", "dbrx", "olmo",
+    "olmo2", "olmoe", "muse-glimmer", "openelm", "arctic", "deepseek", "deepseek2",
+    "deepseek2-ocr", "deepseek32", "deepseek4", "chatglm", "glm4", "glm4moe", "glm-dsa",
+    "bitnet", "t5", "t5encoder", "jais", "jais2", "nemotron", "nemotron_h", "nemotron_h_moe",
+    "exaone", "exaone4", "exaone-moe", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "granite",
+    "granitemoe", "granitehybrid", "graniteswitch", "granite_swa", "chameleon",
+    "wavtokenizer-dec", "plm", "bailingmoe", "bailingmoe2", "bailingmoe3", "dots1", "dots3note",
+    "arcee", "afmoe", "laguna", "ernie4_5", "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense",
+    "hunyuan_vl", "hy_v3", "hy_v4", "smollm3", "gpt-oss", "lfm2", "lfm2moe", "dream",
+    "smallthinker", "llada", "llada-moe", "seed_oss", "grovemoe", "apertus", "minimax-01",
+    "hrm_text", "minimax-m2", "minimax-m3", "cogvlm", "rnd1", "pangu-embedded", "mistral3",
+    "eagle3", "dflash", "mistral4", "paddleocr", "mimo2", "step35", "spark2_5", "llama-embed",
+    "maincoder", "kimi-linear", "kimi-k3", "glm5-next", "talkie", "mellum", "nanbeige",
+    "qwen3tts", "pockettts",
+)
+
+
+class ModelFileError(Exception):
+    """One model file (or pair) that cannot be used; the message names it and says what to do."""
+
+
+@dataclass(frozen=True)
+class ModelFileInfo:
+    path: Path
+    arch: str
+    file_bytes: int  # every part of a split model
+    n_ctx: int  # the context the estimate used: the requested one, capped at the model's own
+    kv_bytes: int  # F16 K and V for n_ctx tokens, all layers
+    host_fraction: float  # share of the layers that stay in host memory (not offloaded)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Host memory this model needs: weights and KV on the CPU plus compute buffers."""
+        return int((self.file_bytes + self.kv_bytes) * self.host_fraction * (1 + COMPUTE_OVERHEAD))
+
+
+def check_model_file(path: Path | str, n_ctx: int, gpu_layers: int | None = 0,
+                     available_bytes: int | None = None) -> ModelFileInfo:
+    """The file's facts, or ModelFileError. ``gpu_layers``: as llama.cpp's n_gpu_layers
+    (0 or None: all on the CPU, negative: all offloaded). ``available_bytes``: free memory
+    (default: MemAvailable of this machine)."""
+    return check_model_files([path], n_ctx, gpu_layers, available_bytes)[0]
+
+
+def check_model_files(paths: Sequence[Path | str], n_ctx: int, gpu_layers: int | None = 0,
+                      available_bytes: int | None = None) -> list[ModelFileInfo]:
+    """Each file checked on its own, then the memory of all of them together (a target and
+    its draft are loaded side by side)."""
+    infos = [inspect(Path(p), n_ctx, gpu_layers) for p in paths]
+    check_memory(infos, memory_available() if available_bytes is None else available_bytes)
+    return infos
+
+
+def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo:
+    """Every check but memory."""
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such file. Check the path; `localspec models list` shows "
+                             "the models on disk.")
+    if not path.is_file():
+        raise ModelFileError(f"{path}: is a directory, not a GGUF model file.")
+    meta, needed = read_layout(path)
+    size = path.stat().st_size
+    if size < needed:
+        raise ModelFileError(
+            f"{path}: the file is truncated: it has {size:,} bytes but its header describes "
+            f"{needed:,} ({size / needed:.0%} there). The download was probably interrupted: "
+            "download it again (`localspec models pull` resumes) or copy it again."
+        )
+    arch = _text(meta.get("general.architecture", b""))
+    check_architecture(path, arch)
+    n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
+    model_ctx = int(meta.get(f"{arch}.context_length", 0) or 0)
+    n_ctx = min(n_ctx, model_ctx) if model_ctx else n_ctx  # llama.cpp caps it the same way
+    return ModelFileInfo(
+        path=path, arch=arch, file_bytes=_split_total(path, meta, size), n_ctx=n_ctx,
+        kv_bytes=_kv_bytes_per_token(meta, arch) * n_ctx,
+        host_fraction=_host_fraction(n_layer, gpu_layers),
+    )
+
+
+def check_architecture(path: Path, arch: str) -> None:
+    if arch == "clip":
+        raise ModelFileError(f"{path}: this is a vision projector (mmproj / CLIP) file, not a "
+                             "language model. Pick the model's main GGUF file.")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelFileError(
+            f"{path}: architecture {arch or '(none)'!r} is not supported by the llama.cpp in this "
+            "build (llama-cpp-python 0.3.36). Use a model of a supported architecture (llama, "
+            "qwen2, qwen3, gemma3, phi3, mistral3, ...), or a newer localspec."
+        )
+
+
+def check_memory(infos: Sequence[ModelFileInfo], available_bytes: int | None) -> None:
+    needed = sum(i.memory_bytes for i in infos)
+    if available_bytes is None or needed <= available_bytes:
+        return
+    names = " + ".join(i.path.name for i in infos)
+    weights = sum(i.file_bytes * i.host_fraction for i in infos)
+    kv = sum(i.kv_bytes * i.host_fraction for i in infos)
+    raise ModelFileError(
+        f"{names}: not enough memory: needs about {needed / GB:.1f} GB (weights "
+        f"{weights / GB:.1f} GB + KV cache {kv / GB:.1f} GB at {infos[0].n_ctx} tokens of context "
+        f"+ {COMPUTE_OVERHEAD:.0%} compute buffers), {available_bytes / GB:.1f} GB available; try "
+        "fewer GPU layers (--gpu-layers), a smaller quantization, or a smaller --ctx. "
+        "Close other programs to free memory."
+    )
+
+
+def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """MemAvailable in bytes (Linux), else None: the memory check is then skipped."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    found = re.search(r"^MemAvailable:\s+(\d+)\s+kB", text, re.M)
+    return int(found.group(1)) * 1024 if found else None
+
+
+def _host_fraction(n_layer: int, gpu_layers: int | None) -> float:
+    """Layers llama.cpp keeps on the CPU, as a share: weights and KV split by layer."""
+    if not gpu_layers or n_layer <= 0:
+        return 1.0
+    if gpu_layers < 0:
+        return 0.0
+    return max(n_layer - gpu_layers, 0) / n_layer
+
+
+# --- the header -----------------------------------------------------------------------------
+def read_layout(path: Path) -> tuple[dict, int]:
+    """(metadata, the file length its header implies: tensor data start + the furthest
+    tensor's offset + size). A file that ends inside its header is reported as truncated."""
+    with open(path, "rb") as f:
+        magic = f.read(4)
+        if magic != b"GGUF":
+            raise ModelFileError(
+                f"{path}: not a GGUF model file (it starts with {magic!r}, a GGUF file with "
+                "'GGUF'). localspec runs GGUF models only: download a GGUF build of the model, or "
+                "convert it with llama.cpp's convert_hf_to_gguf.py."
+            )
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            try:
+                return _layout(m, path)
+            except (ValueError, struct.error, IndexError):
+                raise ModelFileError(
+                    f"{path}: the file is truncated: it ends inside its header, after "
+                    f"{len(m):,} bytes. The download was probably interrupted: download it again "
+                    "(`localspec models pull` resumes) or copy it again."
+                ) from None
+
+
+def _layout(buf, path: Path) -> tuple[dict, int]:
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+    if version not in (2, 3):
+        raise ModelFileError(f"{path}: GGUF version {version} is not one llama.cpp reads (2 or 3), "
+                             "or the file is big-endian; download a current GGUF build of the model.")
+    cur = _Cursor(buf, 24)
+    meta = {}
+    for _ in range(n_kv):
+        key = cur.string().decode("utf-8", "replace")
+        meta[key] = cur.value(T(cur.unpack("<I")))
+    end = 0
+    for _ in range(n_tensors):
+        cur.string()
+        n_dims = cur.unpack("<I")
+        dims = struct.unpack_from(f"<{n_dims}Q", buf, cur.pos)
+        cur.pos += 8 * n_dims
+        ggml_type, offset = cur.unpack("<I"), cur.unpack("<Q")
+        end = max(end, offset + _tensor_bytes(ggml_type, dims))
+    align = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
+    data_start = -(-cur.pos // align) * align
+    return meta, data_start + end
+
+
+def _tensor_bytes(ggml_type: int, dims: Sequence[int]) -> int:
+    """Bytes of one tensor; 0 for a type newer than this gguf knows (its offset still counts)."""
+    try:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        return 0
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n // block * type_size
+
+
+def _split_total(path: Path, meta: dict, size: int) -> int:
+    """A split model (NAME-00001-of-00003.gguf) loads every part: their sizes add up."""
+    if int(meta.get("split.count", 1) or 1) <= 1:
+        return size
+    parts = re.sub(r"-\d{5}-of-(\d{5})\.gguf$", r"-*-of-\1.gguf", path.name)
+    return sum(p.stat().st_size for p in path.parent.glob(parts)) or size
+
+
+def _text(v) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
