@@ -14,6 +14,7 @@ stop before the tensor data. The tests check that both readers agree.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +68,10 @@ class GgufError(Exception):
     """Not a GGUF file, or one we cannot read; the message names the file."""
 
 
+class GgufTruncated(GgufError):
+    """The file ends inside its own header."""
+
+
 @dataclass(frozen=True)
 class GgufInfo:
     path: Path
@@ -83,11 +88,32 @@ class GgufInfo:
 
 def read_metadata(path: Path | str) -> tuple[dict[str, Any], int]:
     """(key -> value, parameter count). String arrays come back as lists of bytes."""
-    path = Path(path)
+    meta, n_params, _ = _read(Path(path))
+    return meta, n_params
+
+
+def read_layout(path: Path | str) -> tuple[dict[str, Any], int]:
+    """(metadata, the file length its header implies: the aligned start of the tensor data
+    plus the furthest tensor's offset and size). A shorter file is truncated."""
+    meta, _, data_end = _read(Path(path))
+    return meta, data_end
+
+
+def _read(path: Path) -> tuple[dict[str, Any], int, int]:
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            return _parse(m, path)
-    except (OSError, ValueError, struct.error) as e:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size >= 4 and f.read(4) != b"GGUF":
+                raise GgufError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
+            if size < 24:  # mmap refuses empty files; a header is at least 24 bytes
+                raise GgufTruncated(f"{path}: cannot read it as GGUF: it has only {size} bytes")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                try:
+                    return _parse(m, path)
+                except (ValueError, struct.error, IndexError) as e:
+                    raise GgufTruncated(
+                        f"{path}: cannot read it as GGUF: it ends inside its header ({e})") from None
+    except OSError as e:
         if not path.exists():
             raise GgufError(f"{path}: no such file") from None
         if path.is_dir():
@@ -95,7 +121,7 @@ def read_metadata(path: Path | str) -> tuple[dict[str, Any], int]:
         raise GgufError(f"{path}: cannot read it as GGUF ({e})") from None
 
 
-def _parse(buf, path: Path) -> tuple[dict[str, Any], int]:
+def _parse(buf, path: Path) -> tuple[dict[str, Any], int, int]:
     if buf[:4] != b"GGUF":
         raise GgufError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
     version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
@@ -106,14 +132,29 @@ def _parse(buf, path: Path) -> tuple[dict[str, Any], int]:
     for _ in range(n_kv):
         key = reader.string().decode("utf-8", "replace")
         meta[key] = reader.value(T(reader.unpack("<I")))
-    n_params = 0
+    n_params = end = 0
     for _ in range(n_tensors):
         reader.string()
         n_dims = reader.unpack("<I")
         dims = struct.unpack_from(f"<{n_dims}Q", buf, reader.pos)
-        reader.pos += 8 * n_dims + 4 + 8  # dims, ggml type, data offset
+        reader.pos += 8 * n_dims
+        ggml_type, offset = reader.unpack("<I"), reader.unpack("<Q")
         n_params += int(np.prod(dims, dtype=np.int64))
-    return meta, n_params
+        end = max(end, offset + _tensor_bytes(ggml_type, dims))
+    align = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
+    return meta, n_params, -(-reader.pos // align) * align + end
+
+
+def _tensor_bytes(ggml_type: int, dims) -> int:
+    """Bytes of one tensor; 0 for a type newer than this gguf knows (its offset still counts)."""
+    try:
+        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        return 0
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n // block * type_size
 
 
 class _Cursor:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 import llama_cpp as L
-from llama_cpp import _logger as _llama_logger
 
 from .compat import VocabInfo
 from .protocol import CachedModel
@@ -42,9 +42,26 @@ def supports_gpu_offload() -> bool:
     return bool(L.llama_supports_gpu_offload())
 
 
+_recent_errors: list[str] = []  # llama.cpp's last error lines, quoted when a load fails
+_verbose = False
+
+
+@L.llama_log_callback
+def _log(level: int, text: bytes, user_data) -> None:
+    """llama.cpp logs to stderr by default; we keep its errors for our messages and print
+    the rest only with verbose on (level 2 = warning, 3 = error)."""
+    line = text.decode("utf-8", "replace")
+    if level == 3:
+        _recent_errors.append(line.strip())
+        del _recent_errors[:-5]
+    if _verbose:
+        print(line, end="", file=sys.stderr)
+
+
 def _init_backend(verbose: bool) -> None:
-    global _backend_ready
-    _llama_logger.set_verbose(verbose)
+    global _backend_ready, _verbose
+    _verbose = verbose
+    L.llama_log_set(_log, ctypes.c_void_p(0))
     if not _backend_ready:
         L.llama_backend_init()
         _backend_ready = True
@@ -86,9 +103,11 @@ class LlamaModel(CachedModel):
         if gpu_layers is None:
             gpu_layers = -1 if supports_gpu_offload() else 0
         mparams.n_gpu_layers = 999 if gpu_layers < 0 else gpu_layers
+        _recent_errors.clear()
         model = L.llama_model_load_from_file(str(path).encode(), mparams)
         if not model:
-            raise ModelLoadError(f"{path}: llama.cpp could not load this file (not a GGUF it supports)")
+            why = "; ".join(e for e in _recent_errors if e) or "not a GGUF it supports"
+            raise ModelLoadError(f"{path}: llama.cpp could not load this file ({why})")
         n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
         cparams = L.llama_context_default_params()
         cparams.n_ctx = n_ctx

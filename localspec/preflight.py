@@ -15,16 +15,13 @@ imports llama_cpp, so a check costs a header read, not a model load.
 
 from __future__ import annotations
 
-import mmap
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import gguf
-
-from .ggufinfo import T, _Cursor, _kv_bytes_per_token
+from . import ggufinfo
+from .ggufinfo import _kv_bytes_per_token
 
 # Tuning choice: llama.cpp's compute buffers are a few hundred MB for 1-8B models at 4k
 # context; 10% of weights + KV is a round figure that covers them without refusing models
@@ -172,60 +169,25 @@ def _host_fraction(n_layer: int, gpu_layers: int | None) -> float:
 
 # --- the header -----------------------------------------------------------------------------
 def read_layout(path: Path) -> tuple[dict, int]:
-    """(metadata, the file length its header implies: tensor data start + the furthest
-    tensor's offset + size). A file that ends inside its header is reported as truncated."""
+    """(metadata, the file length its header implies), with this module's messages."""
     with open(path, "rb") as f:
         magic = f.read(4)
-        if magic != b"GGUF":
-            raise ModelFileError(
-                f"{path}: not a GGUF model file (it starts with {magic!r}, a GGUF file with "
-                "'GGUF'). localspec runs GGUF models only: download a GGUF build of the model, or "
-                "convert it with llama.cpp's convert_hf_to_gguf.py."
-            )
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            try:
-                return _layout(m, path)
-            except (ValueError, struct.error, IndexError):
-                raise ModelFileError(
-                    f"{path}: the file is truncated: it ends inside its header, after "
-                    f"{len(m):,} bytes. The download was probably interrupted: download it again "
-                    "(`localspec models pull` resumes) or copy it again."
-                ) from None
-
-
-def _layout(buf, path: Path) -> tuple[dict, int]:
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-    if version not in (2, 3):
-        raise ModelFileError(f"{path}: GGUF version {version} is not one llama.cpp reads (2 or 3), "
-                             "or the file is big-endian; download a current GGUF build of the model.")
-    cur = _Cursor(buf, 24)
-    meta = {}
-    for _ in range(n_kv):
-        key = cur.string().decode("utf-8", "replace")
-        meta[key] = cur.value(T(cur.unpack("<I")))
-    end = 0
-    for _ in range(n_tensors):
-        cur.string()
-        n_dims = cur.unpack("<I")
-        dims = struct.unpack_from(f"<{n_dims}Q", buf, cur.pos)
-        cur.pos += 8 * n_dims
-        ggml_type, offset = cur.unpack("<I"), cur.unpack("<Q")
-        end = max(end, offset + _tensor_bytes(ggml_type, dims))
-    align = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
-    data_start = -(-cur.pos // align) * align
-    return meta, data_start + end
-
-
-def _tensor_bytes(ggml_type: int, dims: Sequence[int]) -> int:
-    """Bytes of one tensor; 0 for a type newer than this gguf knows (its offset still counts)."""
+    if magic != b"GGUF":
+        raise ModelFileError(
+            f"{path}: not a GGUF model file (it starts with {magic!r}, a GGUF file with "
+            "'GGUF'). localspec runs GGUF models only: download a GGUF build of the model, or "
+            "convert it with llama.cpp's convert_hf_to_gguf.py."
+        )
     try:
-        block, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ggml_type)]
-    except (ValueError, KeyError):
-        return 0
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n // block * type_size
+        return ggufinfo.read_layout(path)
+    except ggufinfo.GgufTruncated:
+        raise ModelFileError(
+            f"{path}: the file is truncated: it ends inside its header, after "
+            f"{path.stat().st_size:,} bytes. The download was probably interrupted: download it "
+            "again (`localspec models pull` resumes) or copy it again."
+        ) from None
+    except ggufinfo.GgufError as e:
+        raise ModelFileError(f"{e}; download a current GGUF build of the model.") from None
 
 
 def _split_total(path: Path, meta: dict, size: int) -> int:
