@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
 from .compat import Compatibility, check_compatible
-from .controller import DraftController
+from .controller import CostModel, DraftController
 from .drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from .engine import SpeculativeEngine, Step, calibrate
 from .sampling import SamplingParams
@@ -116,7 +116,10 @@ class Session:
         mode = mode or self.mode
         if mode not in self._controllers:
             fixed = 0 if mode == "none" else (None if self.options.adaptive else self.options.max_k)
-            self._controllers[mode] = DraftController(self.costs, self.options.max_k, fixed)
+            # one target, so one table of verify times shared by every mode; the cost of a
+            # draft token is the draft model's, and zero for prompt lookup
+            costs = CostModel(self.costs.verify, self.costs.t_draft if mode == "draft" else 0.0)
+            self._controllers[mode] = DraftController(costs, self.options.max_k, fixed)
         return SpeculativeEngine(self.target, self._drafter(mode), self._controllers[mode])
 
     def _drafter(self, mode: Mode):

@@ -90,3 +90,15 @@ class TestCancellation:
             assert got == reply(fresh, follow)
         finally:
             fresh.close()
+
+
+class TestModes:
+    def test_lookup_is_not_charged_for_draft_model_passes(self, pair):
+        s = load(pair)
+        try:
+            assert s.costs.t_draft > 0
+            assert s.engine("lookup").controller.costs.t_draft == 0.0
+            assert s.engine("draft").controller.costs.t_draft == s.costs.t_draft
+            assert s.engine("lookup").controller.costs.verify is s.engine("draft").controller.costs.verify
+        finally:
+            s.close()

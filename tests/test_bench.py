@@ -1,0 +1,62 @@
+"""Bench smoke test on tiny GGUFs: structure of the report, greedy texts identical. Never timed."""
+
+import json
+
+import pytest
+
+from localspec import bench
+from localspec.cli import main
+from tiny_gguf import write_tiny_gguf
+
+SUITE = {"name": "tiny", "max_tokens": 12, "prompts": [
+    {"id": "p1", "category": "code", "prompt": "def x = 1 + 2 def x = 1 + 2 def"},
+    {"id": "p2", "category": "chat", "prompt": "hello world the model is fast"},
+]}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf")
+    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+
+
+class TestSuite:
+    def test_default_suite_has_every_category(self):
+        suite = bench.load_suite()
+        cats = {p["category"] for p in suite["prompts"]}
+        assert len(suite["prompts"]) >= 12
+        assert {"code", "edit", "chat", "summary", "json", "korean"} <= cats
+
+    def test_quick_subset(self):
+        q = bench.quick(bench.load_suite())
+        assert len(q["prompts"]) == 3 and q["max_tokens"] == bench.QUICK_MAX_TOKENS
+
+    def test_bad_suite_file_is_reported(self, tmp_path):
+        bad = tmp_path / "s.json"
+        bad.write_text('{"prompts": [{"nope": 1}]}')
+        with pytest.raises(ValueError, match="a suite is"):
+            bench.load_suite(str(bad))
+
+
+class TestBenchCli:
+    def test_report_structure_and_greedy_identity(self, pair, tmp_path, capsys):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps(SUITE))
+        out = tmp_path / "r.json"
+        md = tmp_path / "r.md"
+        rc = main(["bench", "--target", str(pair[0]), "--draft", str(pair[1]), "--lookup",
+                   "--threads", "1", "--ctx", "512", "--suite", str(suite), "--temp", "0",
+                   "--temp", "0.7", "--compare-rules", "--json", str(out), "--markdown", str(md)])
+        assert rc == 0
+        rep = json.loads(out.read_text())
+        assert set(rep["cost_curve"]["verify_ratio"]) == {str(k) for k in range(1, 17)}
+        modes = {r["mode"] for r in rep["rows"]}
+        assert modes == {"none", "draft", "lookup", "draft:match", "lookup:match"}
+        for r in rep["rows"]:
+            for key in ("tokens_per_second", "speedup", "acceptance_rate", "tokens_per_pass", "identical"):
+                assert key in r
+            if r["temperature"] == 0.0 and r["mode"] != "none":
+                assert r["identical"] is True, r
+        assert rep["memory"]["files_plus_kv_bytes"] > 0
+        assert "| prompt | mode |" in md.read_text()
