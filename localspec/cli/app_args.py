@@ -1,8 +1,12 @@
-"""``localspec`` with no subcommand opens the Textual app (issue 4 fills this in)."""
+"""``localspec`` with no subcommand opens the Textual chat app."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 
 def add_app_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,5 +16,58 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
 
 
+def app_spec(args: argparse.Namespace):
+    """The pair given on the command line, or None (the app then opens the default or the menu)."""
+    from ..session import PairSpec
+
+    if getattr(args, "draft", None) and not getattr(args, "target", None):
+        raise SystemExit("localspec: --draft needs --target")
+    if getattr(args, "lookup", False) and not getattr(args, "target", None):
+        raise SystemExit("localspec: --lookup needs --target")
+    if not getattr(args, "target", None):
+        return None
+    target = Path(args.target).expanduser()
+    draft = Path(args.draft).expanduser() if args.draft else None
+    for p in (target, draft):
+        if p is not None and not p.is_file():
+            raise SystemExit(f"localspec: no such file: {p}")
+    return PairSpec(target, draft, bool(args.lookup))
+
+
+@contextmanager
+def native_stderr_to(path: Path):
+    """llama.cpp writes its logs to file descriptor 2 from C, where Textual draws the screen
+    (Textual writes to ``sys.__stderr__``). While the app runs, fd 2 goes to a log file and
+    Textual gets its own duplicate of the terminal, so C-level messages never tear the screen."""
+    if not os.isatty(2):
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    term_fd = os.dup(2)
+    log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    saved = sys.__stderr__, sys.stderr
+    term = os.fdopen(term_fd, "w", buffering=1, encoding=getattr(sys.__stderr__, "encoding", None) or "utf-8",
+                     errors="replace")
+    os.dup2(log_fd, 2)
+    sys.__stderr__ = sys.stderr = term
+    try:
+        yield
+    finally:
+        term.flush()
+        os.dup2(term_fd, 2)
+        sys.__stderr__, sys.stderr = saved
+        term.close()
+        os.close(log_fd)
+
+
 def open_app(args: argparse.Namespace) -> int:
-    raise SystemExit("the chat app is not built yet; use `localspec run`")
+    from ..settings import data_dir, load_settings
+
+    spec = app_spec(args)
+    settings, warning = load_settings()
+    with native_stderr_to(data_dir() / "llama.log"):
+        from ..tui.app import LocalspecApp
+
+        LocalspecApp(settings, settings_warning=warning, spec=spec).run()
+    return 0

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
+from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.containers import Vertical, VerticalScroll
@@ -28,6 +29,17 @@ DISCARDED_STYLE = "dim strike"
 TARGET_TOKEN_STYLE = "bold #5f87ff"
 
 CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
+
+
+# C0 controls (but tab and newline) and DEL drawn as their Unicode "control pictures": a model
+# or a paste can contain ESC sequences, which must never reach the terminal. One character
+# for one, so draft spans (character offsets) still line up.
+_CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F: 0x2421}
+
+
+def visible(text: str) -> str:
+    """``text`` safe to draw: control characters shown as ␛, ␀, … (stored text is unchanged)."""
+    return text.translate(_CONTROL_PICTURES)
 
 
 def code_blocks(markdown: str) -> list[str]:
@@ -63,9 +75,10 @@ class ChatLog(VerticalScroll):
 
 
 class UserMessage(Static):
-    def __init__(self, text: str, **kwargs) -> None:
-        super().__init__(Text(text), **kwargs)
+    def __init__(self, text: str, message_id: int | None = None, **kwargs) -> None:
+        super().__init__(Text(visible(text)), **kwargs)
         self.text = text
+        self.message_id = message_id  # the stored message this shows
 
 
 class ReplyView(Vertical):
@@ -77,22 +90,29 @@ class ReplyView(Vertical):
         self.text = text
         self.draft_spans: list[tuple[int, int]] = [tuple(s) for s in draft_spans]  # type: ignore[misc]
         self.status = status
+        self.message_id: int | None = None  # set once the reply is stored
         self._summary = summary
         self._stream = None
+        self._unsent = ""
         self._token_view_dirty = True
+        self._chunk: Static | None = None  # the token view's last (growing) paragraph
+        self._chunk_start = 0
 
     def compose(self):
-        yield Markdown(self.text, classes="reply-md")
-        yield Static("", classes="reply-tokens")
+        yield Markdown(visible(self.text), classes="reply-md")
+        yield Vertical(classes="reply-tokens")
         yield Static(self._summary_text(), classes="reply-summary")
 
     @property
     def markdown(self) -> Markdown:
         return self.query_one(".reply-md", Markdown)
 
-    def start_stream(self) -> None:
-        self.status = "streaming"
-        self._stream = Markdown.get_stream(self.markdown)
+    async def on_mount(self) -> None:
+        if self.status == "streaming":
+            self._stream = Markdown.get_stream(self.markdown)
+            if self._unsent and not self.has_class("-tokens"):  # steps that came before the mount
+                unsent, self._unsent = self._unsent, ""
+                await self._stream.write(visible(unsent))
 
     async def append(self, text: str, n_draft_chars: int) -> None:
         """Add a step's text; its first ``n_draft_chars`` characters came from the draft."""
@@ -107,13 +127,32 @@ class ReplyView(Vertical):
             else:
                 self.draft_spans.append((start, end))
         self._token_view_dirty = True
+        if self._stream is None or self.has_class("-tokens"):
+            # not mounted yet, or the Markdown view is hidden: catch up when it is shown
+            self._unsent += text
+        else:
+            unsent, self._unsent = self._unsent, ""
+            await self._stream.write(visible(unsent + text))
+
+    async def show_markdown(self) -> None:
+        """Back to the Markdown view: hand it the text it skipped while hidden."""
+        self.remove_class("-tokens")
+        if not self._unsent:
+            return
         if self._stream is not None:
-            await self._stream.write(text)
+            unsent, self._unsent = self._unsent, ""
+            await self._stream.write(visible(unsent))
+        elif self.is_mounted:
+            self._unsent = ""
+            await self.markdown.update(visible(self.text))
 
     async def finish(self, status: str, summary: str) -> None:
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        if self._unsent and not self.has_class("-tokens"):
+            self._unsent = ""
+            await self.markdown.update(visible(self.text))
         self.status = status
         self._summary = summary
         self.query_one(".reply-summary", Static).update(self._summary_text())
@@ -132,26 +171,58 @@ class ReplyView(Vertical):
         text.append(self._summary, style="dim")
         return text
 
-    def token_text(self) -> Text:
-        """The reply as plain text with the draft's characters painted (the colour view)."""
+    def token_text(self, start: int = 0, end: int | None = None) -> Text:
+        """``text[start:end]`` with the draft's characters painted (the colour view)."""
+        end = len(self.text) if end is None else end
+        shown = visible(self.text[start:end])
         out = Text()
-        pos = 0
-        for start, end in self.draft_spans:
-            if start > pos:
-                out.append(self.text[pos:start], style=TARGET_STYLE)
-            out.append(self.text[start:end], style=DRAFT_STYLE)
-            pos = end
-        out.append(self.text[pos:], style=TARGET_STYLE)
+        pos = start
+        for a, b in self.draft_spans:
+            a, b = max(a, start), min(b, end)
+            if a >= b:
+                continue
+            if a > pos:
+                out.append(shown[pos - start:a - start], style=TARGET_STYLE)
+            out.append(shown[a - start:b - start], style=DRAFT_STYLE)
+            pos = b
+        if pos < end:
+            out.append(shown[pos - start:end - start], style=TARGET_STYLE)
         return out
 
     def refresh_token_view(self, force: bool = False) -> None:
-        """Repaint the token view if it is on screen (the app's timer calls this ≤ 8×/s)."""
+        """Repaint the token view if it is on screen.
+
+        The view is one Static per paragraph: finished paragraphs are painted once and only
+        the last one is repainted as tokens arrive, so a repaint costs O(paragraph), not
+        O(reply) (a single Static re-wrapping a long reply fell behind the stream).
+        """
         if not (force or self._token_view_dirty):
             return
         if not self.has_class("-tokens") and not force:
             return
         self._token_view_dirty = False
-        self.query_one(".reply-tokens", Static).update(self.token_text())
+        box = self.query_one(".reply-tokens", Vertical)
+        if force or self._chunk is None:
+            box.remove_children()
+            self._chunk_start, self._chunk = 0, None
+        while True:
+            cut = self.text.find("\n\n", self._chunk_start)
+            end = len(self.text) if cut < 0 else cut
+            if self._chunk is None:
+                self._chunk = Static(classes="token-chunk")
+                box.mount(self._chunk)
+            self._chunk.update(self.token_text(self._chunk_start, end))
+            if cut < 0:
+                return
+            # paragraph complete: it stays as painted; skip the blank line(s) after it
+            self._chunk_start = cut + 2
+            while self.text.startswith("\n", self._chunk_start):
+                self._chunk_start += 1
+            self._chunk = None
+
+    def painted_text(self) -> str:
+        """What the token view shows (paragraphs joined), for tests and the bench."""
+        return "\n\n".join(str(c.render()) for c in self.query(".token-chunk"))
 
 
 # --- statistics --------------------------------------------------------------------------
@@ -173,27 +244,28 @@ def stats_values(run: RunStats, totals: RunStats, baseline_tps: float | None, ba
     speedup = run.tokens_per_second / baseline if baseline and run.tokens_per_second else None
     total_time = run.draft_seconds + run.verify_seconds + run.overhead_seconds
     split = (f"{run.draft_seconds / total_time * 100:.0f}% / {run.verify_seconds / total_time * 100:.0f}%"
-             f" / {run.overhead_seconds / total_time * 100:.0f}%") if total_time > 0 else "–"
+             f" (+{run.overhead_seconds / total_time * 100:.0f}%)") if total_time > 0 else "–"
     t_speed = totals.tokens_per_second / baseline if baseline and totals.tokens_per_second else None
+    # labels fit 14 cells so the panel reads on an 80-column terminal
     return {
         "mode": mode,
         "tokens/s": _fmt(run.tokens_per_second or None, ".1f"),
-        "target-only tokens/s": _fmt(baseline, ".1f"),
+        "target alone": _fmt(baseline, ".1f", " tok/s"),
         "measured by": "race (target alone, same prompt)" if measured_baseline_tps else baseline_note,
         "speed-up": _fmt(speedup, ".2f", "×") + (" measured" if measured_baseline_tps and speedup else
                                                  " est." if speedup else ""),
         "predicted": _fmt(run.predicted_speedup, ".2f", "×"),
         "acceptance": _fmt(None if run.acceptance_rate is None else run.acceptance_rate * 100, ".0f", "%"),
         "tokens/pass": _fmt(run.tokens_per_pass or None, ".2f"),
-        "draft length k": f"{run.last_k} (mean {run.mean_draft_length:.1f})" if run.n_steps else "–",
-        "draft / verify / other": split,
+        "k now (mean)": f"{run.last_k} ({run.mean_draft_length:.1f})" if run.n_steps else "–",
+        "draft/verify": split,
         "first token": _fmt(run.first_token_seconds, ".2f", " s"),
-        "tokens · passes": f"{run.n_tokens} · {run.n_steps}",
-        "session tokens": f"{totals.n_tokens} in {totals.n_steps} passes",
-        "session tokens/s": _fmt(totals.tokens_per_second or None, ".1f"),
-        "session speed-up": _fmt(t_speed, ".2f", "×"),
-        "session acceptance": _fmt(None if totals.acceptance_rate is None else totals.acceptance_rate * 100,
-                                   ".0f", "%"),
+        "tokens/passes": f"{run.n_tokens} / {run.n_steps}",
+        "total tokens": f"{totals.n_tokens} / {totals.n_steps} passes",
+        "total tok/s": _fmt(totals.tokens_per_second or None, ".1f"),
+        "total speed-up": _fmt(t_speed, ".2f", "×"),
+        "total accepted": _fmt(None if totals.acceptance_rate is None else totals.acceptance_rate * 100,
+                               ".0f", "%"),
     }
 
 
@@ -217,13 +289,14 @@ class StatsPanel(Vertical):
     def show(self, values: dict[str, str], history: Sequence[float]) -> None:
         self.values = values
         self.refresh_count += 1
-        text = Text()
-        for i, (label, value) in enumerate(values.items()):
-            if label == "session tokens":
-                text.append("─ session ─\n", style="dim")
-            text.append(f"{label:<22}", style="dim")
-            text.append(value + ("\n" if i < len(values) - 1 else ""), style="bold")
-        self.query_one("#stats-table", Static).update(text)
+        table = Table.grid(padding=(0, 1))
+        table.add_column(style="dim", no_wrap=True)
+        table.add_column(style="bold", overflow="fold")
+        for label, value in values.items():
+            if label == "total tokens":
+                table.add_row(Text("─ session ─", style="dim"), "")
+            table.add_row(label, Text(value))
+        self.query_one("#stats-table", Static).update(table)
         self.query_one("#stats-spark", Sparkline).data = list(history[-self.SPARK_STEPS:])
 
 
@@ -241,7 +314,8 @@ class InspectedStep:
 
     @property
     def bonus(self) -> bool:
-        return self.n_accepted == len(self.drafted)
+        """All drafts kept, so the target's token is a bonus (k = 0 is a plain target step)."""
+        return bool(self.drafted) and self.n_accepted == len(self.drafted)
 
 
 def draft_marks(step: InspectedStep) -> list[tuple[str, str]]:
@@ -254,7 +328,7 @@ def draft_marks(step: InspectedStep) -> list[tuple[str, str]]:
 
 
 def _visible(token: str) -> str:
-    return token.replace("\n", "⏎").replace(" ", "·") or "∅"
+    return visible(token.replace("\n", "⏎").replace(" ", "·")) or "∅"
 
 
 class StepInspector(Vertical):

@@ -1,0 +1,5 @@
+"""The Textual chat app (the one adapter that imports textual)."""
+
+from .app import LocalspecApp
+
+__all__ = ["LocalspecApp"]

@@ -1,0 +1,805 @@
+"""The chat app, driven by Textual's pilot with the scripted fake session (tests/fake_session.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fake_session import HELLO, HELLO_TEXT, FakeSession, factory_for
+from localspec.session import PairSpec
+from localspec.settings import Settings, load_settings, save_settings, settings_path
+from localspec.store import ChatStore
+from localspec.tui.app import LocalspecApp, split_draft_chars
+from localspec.tui.screens import (
+    DownloadScreen, ErrorDialog, PairScreen, RaceScreen, compatible_drafts, draft_options,
+)
+from localspec.tui.widgets import (
+    visible, DRAFT_STYLE, InspectedStep, ReplyView, StatsPanel, StepInspector, code_blocks, draft_marks,
+)
+
+SIZE = (110, 40)
+
+
+@pytest.fixture(autouse=True)
+def _dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
+
+
+# --- a tiny fake catalog (the real one is localspec.catalog) --------------------------------
+
+@dataclass(frozen=True)
+class Ref:
+    repo: str
+    filename: str
+    quant: str = "Q4_K_M"
+    size_bytes: int = 1_000_000
+    sha256: str = ""
+    params: str = "1B"
+    family: str = "qwen2.5"
+
+
+@dataclass
+class FakePair:
+    id: str
+    name: str
+    family: str
+    target: Ref
+    drafts: list
+    good_for: str = "chat"
+    license: str = "apache-2.0"
+    memory_bytes: int = 2_000_000_000
+
+
+@dataclass
+class FakeCatalog:
+    pairs: list
+    default_pair_id: str
+
+    def get(self, pair_id):
+        return next((p for p in self.pairs if p.id == pair_id), None)
+
+
+def make_catalog() -> FakeCatalog:
+    qwen = FakePair("qwen", "Qwen2.5 1.5B + 0.5B", "qwen2.5", Ref("q/t", "qwen-1.5b.gguf"),
+                    [Ref("q/d", "qwen-0.5b.gguf"), Ref("l/d", "llama-1b.gguf", family="llama3")])
+    llama = FakePair("llama", "Llama 3 8B + 1B", "llama3", Ref("l/t", "llama-8b.gguf", family="llama3"),
+                     [Ref("l/d", "llama-1b.gguf", family="llama3")])
+    return FakeCatalog([qwen, llama], "qwen")
+
+
+class Files:
+    """Fake locate/pull: a set of present files; pull reports progress and may wait or fail."""
+
+    def __init__(self, tmp_path: Path, present=()):
+        self.dir = tmp_path / "models"
+        self.dir.mkdir(exist_ok=True)
+        self.present = set(present)
+        self.pulled: list[str] = []
+        self.release = threading.Event()
+        self.release.set()
+
+    def locate(self, ref, settings):
+        return self.dir / ref.filename if ref.filename in self.present else None
+
+    def pull(self, ref, settings, progress=None, cancel=None):
+        from types import SimpleNamespace
+
+        total = ref.size_bytes
+        for done in range(0, total + 1, total // 4):
+            if cancel is not None and cancel.is_set():
+                raise RuntimeError("cancelled")
+            progress(SimpleNamespace(filename=ref.filename, done_bytes=done, total_bytes=total,
+                                     bytes_per_second=2_000_000.0, eta_seconds=(total - done) / 2e6,
+                                     source="hub"))
+            self.release.wait(5)
+        self.present.add(ref.filename)
+        self.pulled.append(ref.filename)
+        return self.dir / ref.filename
+
+
+def make_app(session: FakeSession | None = None, *, spec="default", settings=None, catalog=None,
+             files: Files | None = None, store=None, warning=None) -> LocalspecApp:
+    session = session or FakeSession(list(HELLO))
+    spec = PairSpec(Path("t.gguf"), Path("d.gguf")) if spec == "default" else spec
+    return LocalspecApp(
+        settings or Settings(), settings_warning=warning, session_factory=factory_for(session),
+        catalog=catalog, store=store, spec=spec,
+        locate=files.locate if files else None, pull=files.pull if files else None,
+    )
+
+
+async def wait_for(pilot, predicate, timeout: float = 5.0):
+    """Let the app run until predicate() holds (the worker thread needs real time)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await pilot.pause(0.02)
+
+
+async def ready(app, pilot):
+    await wait_for(pilot, lambda: app.session is not None)
+    await wait_for(pilot, lambda: not isinstance(app.screen, type(None)) and app.screen.id != "loading"
+                   and type(app.screen).__name__ == "ChatScreen")
+
+
+async def send(app, pilot, text: str):
+    app.query_one("#chat-input").text = text
+    app.query_one("#chat-input").focus()
+    await pilot.press("enter")
+
+
+# --- chatting ---------------------------------------------------------------------------------
+
+class TestChat:
+    async def test_message_streams_and_is_stored(self):
+        session = FakeSession(list(HELLO), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "Say hello")
+            # the first step arrives, the rest wait for the gate: the reply is mid-stream
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            assert app.generating == "chat"
+            session.gate.set()
+            await wait_for(pilot, lambda: app.generating is None)
+            reply = app.query(ReplyView).last()
+            assert reply.text == HELLO_TEXT
+            assert reply.markdown.source == HELLO_TEXT  # the Markdown view got the whole stream
+            assert app.query_one("#chat-input").text == ""
+            roles = [(m.role, m.content, m.status) for m in app.store.messages(app.chat.id)]
+            assert roles == [("user", "Say hello", "done"), ("assistant", HELLO_TEXT, "done")]
+            assert session.calls[0]["messages"] == [{"role": "user", "content": "Say hello"}]
+            assert app.chat.title == "Say hello"
+
+    async def test_ctrl_c_when_idle_still_copies_in_the_input(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            box = app.query_one("#chat-input")
+            box.text = "copy me"
+            box.focus()
+            box.select_all()
+            await pilot.press("ctrl+c")
+            assert app.clipboard == "copy me"
+
+    async def test_shift_enter_and_ctrl_j_insert_newlines(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            box = app.query_one("#chat-input")
+            box.focus()
+            await pilot.press("a", "ctrl+j", "b", "shift+enter", "c")
+            assert box.text == "a\nb\nc"
+            assert app.store.messages(app.chat.id) == []  # nothing sent
+
+    @pytest.mark.parametrize("key", ["escape", "ctrl+c"])
+    async def test_stop_mid_stream_keeps_partial(self, key):
+        session = FakeSession(list(HELLO), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "Say hello")
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await pilot.press(key)
+            session.gate.set()  # the worker leaves its wait, sees the stop, closes the generator
+            await wait_for(pilot, lambda: app.generating is None)
+            reply = app.query(ReplyView).last()
+            assert reply.status == "stopped"
+            assert reply.text.startswith("Hello,") and reply.text != HELLO_TEXT
+            assert "stopped" in str(reply.query_one(".reply-summary").render())
+            stored = app.store.messages(app.chat.id)[-1]
+            assert (stored.role, stored.status) == ("assistant", "stopped")
+            assert stored.content == reply.text
+            assert session.generator_closed == 1
+            # the app keeps working: the next message streams normally
+            session.gate = None
+            await send(app, pilot, "again")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
+            assert app.history[-1].content == HELLO_TEXT
+
+    async def test_regenerate_and_edit_last(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "first")
+            await wait_for(pilot, lambda: len(app.history) == 2)
+            first_reply_id = app.history[-1].id
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.history[-1].id != first_reply_id)
+            assert [m.role for m in app.store.messages(app.chat.id)] == ["user", "assistant"]
+            await pilot.press("ctrl+e")
+            assert app.query_one("#chat-input").text == "first"
+            assert app.history == [] and len(app.query(ReplyView)) == 0
+            app.query_one("#chat-input").text = "first, edited"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            assert app.history[0].content == "first, edited"
+
+    async def test_generation_error_is_reported_and_the_app_goes_on(self):
+        from localspec.session import ContextOverflow
+
+        session = FakeSession(list(HELLO))
+        calls = {"n": 0}
+        real_chat = session.chat
+
+        def chat(*args, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                def failing():
+                    raise ContextOverflow("the conversation is 5000 tokens [ctx 4096]")
+                    yield
+                return failing()
+            return real_chat(*args, **kwargs)
+
+        session.chat = chat
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "too long")
+            await wait_for(pilot, lambda: app.generating is None and calls["n"] == 1)
+            await pilot.pause(0.1)
+            assert any("5000 tokens [ctx 4096]" in n.message for n in app._notifications)
+            assert not app.query(ReplyView)  # nothing to keep
+            await pilot.press("ctrl+r")  # the user message is still there: regenerate works
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            assert app.history[-1].content == HELLO_TEXT
+
+    async def test_no_session_yet_keeps_the_text(self, tmp_path):
+        app = make_app(spec=None, catalog=make_catalog(), files=Files(tmp_path))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("escape")  # close the pair menu
+            await send(app, pilot, "hello?")
+            assert app.query_one("#chat-input").text == "hello?"
+
+
+# --- what speculation shows ------------------------------------------------------------------
+
+class TestSpeculationView:
+    async def test_draft_colouring_follows_steps(self):
+        app = make_app(settings=Settings(show_draft_tokens=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and app.history[-1].role == "assistant")
+            reply = app.query(ReplyView).last()
+            # HELLO: step 1 accepts "Hello"; step 2 none; step 3 "!"+" How"; step 4 " you"
+            drafted = [reply.text[a:b] for a, b in reply.draft_spans]
+            assert drafted == ["Hello", "! How", " you"]
+            text = reply.token_text()
+            painted = "".join(text.plain[s.start:s.end] for s in text.spans if s.style == DRAFT_STYLE)
+            assert painted == "Hello! How you"
+            assert reply.has_class("-tokens")
+            await pilot.pause()
+            assert reply.painted_text() == HELLO_TEXT
+            # toggled off: the Markdown view is shown again
+            await pilot.press("f2")
+            assert not reply.has_class("-tokens")
+            assert reply.query_one(".reply-md").display and not reply.query_one(".reply-tokens").display
+            # spans are stored: a restart paints the same characters
+            assert app.history[-1].meta["draft_spans"] == [list(s) for s in reply.draft_spans] or \
+                app.history[-1].meta["draft_spans"] == reply.draft_spans
+
+    async def test_stats_panel_follows_steps(self):
+        session = FakeSession(list(HELLO), step_seconds=0.01, baseline_tokens_per_second=50.0)
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            values = app.query_one(StatsPanel).values
+            # 8 tokens in 4 passes of 0.01 s: 200 tok/s; 50 tok/s target-only: 4.00×
+            assert values["tokens/s"] == "200.0"
+            assert values["target alone"] == "50.0 tok/s"
+            assert values["speed-up"] == "4.00× est."
+            # drafted 3 + 2 + 2 + 4 = 11, accepted 1 + 0 + 2 + 1 = 4
+            assert values["acceptance"] == "36%"
+            assert values["tokens/pass"] == "2.00"
+            assert values["k now (mean)"] == "4 (2.8)"
+            assert values["draft/verify"] == "30% / 60% (+10%)"
+            assert values["measured by"] == session.baseline_note
+            assert values["total tokens"] == "8 / 4 passes"
+            assert app.reply_stats.tokens_per_pass_history == [2.0, 1.0, 3.0, 2.0]
+            spark = app.query_one("#stats-spark")
+            assert list(spark.data) == [2.0, 1.0, 3.0, 2.0]
+            summary = str(app.query(ReplyView).last().query_one(".reply-summary").render())
+            assert "8 tokens" in summary and "200.0 tok/s" in summary and "4.00×" in summary
+
+    async def test_panel_keeps_updating_under_a_dialog(self):
+        session = FakeSession(list(HELLO), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await pilot.press("f1")  # help on top while the reply streams on
+            session.gate.set()
+            await wait_for(pilot, lambda: app.generating is None)
+            await pilot.pause(0.2)
+            assert type(app.screen).__name__ == "HelpScreen"
+            assert app.chat_screen.query_one(StatsPanel).values["tokens/passes"] == "8 / 4"
+
+    async def test_inspector_marks_steps(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            inspector = app.query_one(StepInspector)
+            assert not inspector.display
+            await pilot.press("f3")
+            assert inspector.display
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            app._refresh_panels(force=True)
+            steps = inspector.steps
+            assert [s.n_accepted for s in steps] == [1, 0, 2, 1]
+            assert [m for _, m in draft_marks(steps[0])] == ["accepted", "rejected", "discarded"]
+            assert steps[0].drafted[0] == "Hello" and steps[0].token == ","
+            assert steps[2].bonus and steps[2].token == " are"
+            body = str(inspector.query_one("#inspector-body").render())
+            assert "✓Hello" in body and "✗✗0" in body and "+ ·are" in body
+
+    async def test_race_replaces_estimate_with_measurement(self):
+        # target alone: 8 steps of 0.02 s = 50 tok/s; speculative 200 tok/s → measured 4.00×
+        session = FakeSession(list(HELLO), none_step_seconds=0.02)
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await pilot.press("f5")
+            assert isinstance(app.screen, RaceScreen)
+            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            race = app.screen
+            assert session.calls[-1]["mode"] == "none"
+            assert session.calls[-1]["messages"] == [{"role": "user", "content": "hi"}]
+            assert race.target_text == HELLO_TEXT
+            assert "4.00×" in str(race.query_one("#race-verdict").render())
+            assert "identical replies" in str(race.query_one("#race-verdict").render())
+            assert app.measured_baseline_tps == pytest.approx(50.0)
+            await pilot.press("escape")
+            assert type(app.screen).__name__ == "ChatScreen"
+            values = app.query_one(StatsPanel).values
+            assert values["measured by"].startswith("race")
+            assert values["speed-up"] == "4.00× measured"
+            assert len(app.history) == 2  # the race reply is not part of the chat
+
+
+class TestEntryPoint:
+    def test_app_spec_from_arguments(self, tmp_path):
+        from localspec.cli import build_parser
+        from localspec.cli.app_args import app_spec
+
+        t, d = tmp_path / "t.gguf", tmp_path / "d.gguf"
+        t.write_bytes(b"GGUF")
+        d.write_bytes(b"GGUF")
+        parse = build_parser().parse_args
+        assert app_spec(parse([])) is None
+        assert app_spec(parse(["--target", str(t), "--draft", str(d)])) == PairSpec(t, d, False)
+        assert app_spec(parse(["--target", str(t), "--lookup"])).mode == "lookup"
+        with pytest.raises(SystemExit, match="no such file"):
+            app_spec(parse(["--target", str(tmp_path / "missing.gguf")]))
+        with pytest.raises(SystemExit, match="needs --target"):
+            app_spec(parse(["--draft", str(d)]))
+
+    def test_replaced_session_is_closed_only_when_idle(self):
+        from localspec.tui.app import close_when_idle
+
+        session = FakeSession(list(HELLO))
+        session.lock = threading.Lock()
+        session.lock.acquire()  # a generation is running
+        close_when_idle(session, timeout=0.05)
+        assert not session.closed
+        session.lock.release()
+        close_when_idle(session, timeout=0.05)
+        assert session.closed
+
+
+class TestHelpers:
+    @pytest.mark.parametrize("pieces, text, n_draft, expected", [
+        (["Hel", "lo"], "Hello", 1, 3),  # exact pieces
+        (["\ufffd", "\ufffd", "!"], "한!", 2, 1),  # a Korean character split over 2 tokens
+        (["a", "b"], "ab", 0, 0),
+    ])
+    def test_split_draft_chars(self, pieces, text, n_draft, expected):
+        assert split_draft_chars(pieces, text, n_draft) == expected
+
+    def test_control_characters_never_reach_the_terminal(self):
+        assert visible("a\x1b[31mb\x07\x7f\tc\n") == "a␛[31mb␇␡\tc\n"
+
+    async def test_escape_sequences_in_a_reply_are_drawn_not_sent(self):
+        session = FakeSession([(["ok ", "\x1b[2J"], 1, 1), (["\x07done"], 0, 0)])
+        app = make_app(session, settings=Settings(show_draft_tokens=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "paste \x1b]0;title\x07")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            assert app.history[-1].content == "ok \x1b[2J\x07done"  # stored unchanged
+            reply = app.query(ReplyView).last()
+            assert reply.token_text().plain == "ok ␛[2J␇done"
+            svg = app.export_screenshot()
+            assert "\x1b" not in svg and "␛[2J" in svg.replace("&#160;", " ")
+
+    def test_code_blocks(self):
+        md = "x\n```py\nprint(1)\n```\ntext\n```\nunclosed"
+        assert code_blocks(md) == ["print(1)", "unclosed"]
+
+    def test_draft_marks_all_accepted_is_bonus(self):
+        s = InspectedStep(1, 2, ("a", "b"), 2, "c")
+        assert s.bonus and [m for _, m in draft_marks(s)] == ["accepted", "accepted"]
+        assert not InspectedStep(2, 0, (), 0, "d").bonus  # no draft: a plain target step
+
+
+# --- pairs, first run, downloads --------------------------------------------------------------
+
+class TestPairs:
+    def test_menu_offers_only_compatible_drafts(self):
+        qwen = make_catalog().get("qwen")
+        assert [d.filename for d in compatible_drafts(qwen)] == ["qwen-0.5b.gguf"]
+        assert [v for _, v in draft_options(qwen)] == ["draft:qwen-0.5b.gguf", "lookup", "none"]
+
+    async def test_first_run_menu_download_and_open(self, tmp_path):
+        files = Files(tmp_path)
+        session = FakeSession(list(HELLO))
+        factory = factory_for(session)
+        app = LocalspecApp(Settings(), session_factory=factory, catalog=make_catalog(),
+                           locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            menu = app.screen
+            assert menu.pair.id == "qwen"  # the default is preselected
+            select = menu.query_one("#draft-select")
+            assert [str(o[0]) for o in select._options if o[1] != select.BLANK] == [
+                "qwen-0.5b.gguf  (976.6 KB)", "prompt lookup (no draft model)", "none (target alone)"]
+            assert "download needed" in str(menu.query_one("#pair-list").get_option_at_index(0).prompt)
+            menu.query_one("#max-k").value = "6"
+            menu.query_one("#p-min").value = "0.6"
+            files.release.clear()  # hold the download mid-way to look at it
+            await pilot.click("#open")
+            await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen)
+                           and app.screen.last_progress is not None)
+            rate = str(app.screen.query_one("#rate-0").render())
+            assert "MB/s" in rate and "ETA" in rate and "/ 976.6 KB" in rate
+            await pilot.press("ctrl+l")  # the UI stays responsive while downloading
+            files.release.set()
+            await wait_for(pilot, lambda: app.session is not None, timeout=10)
+            assert files.pulled == ["qwen-1.5b.gguf", "qwen-0.5b.gguf"]
+            spec, options = factory.loaded[0]
+            assert spec.target.name == "qwen-1.5b.gguf" and spec.draft.name == "qwen-0.5b.gguf"
+            assert (options.max_k, options.adaptive, options.p_min) == (6, False, 0.6)
+            saved, warning = load_settings()
+            assert warning is None
+            assert (saved.default_pair, saved.default_draft, saved.draft.max_k) == ("qwen", "qwen-0.5b.gguf", 6)
+
+    async def test_second_start_opens_default_pair_directly(self, tmp_path):
+        files = Files(tmp_path, present={"llama-8b.gguf"})
+        save_settings(Settings(default_pair="llama", default_draft="lookup"))
+        settings, _ = load_settings()
+        session = FakeSession(list(HELLO))
+        factory = factory_for(session)
+        app = LocalspecApp(settings, session_factory=factory, catalog=make_catalog(),
+                           locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.session is not None)
+            spec, _ = factory.loaded[0]
+            assert (spec.target.name, spec.draft, spec.lookup) == ("llama-8b.gguf", None, True)
+
+    async def test_cancel_download_keeps_app_running(self, tmp_path):
+        files = Files(tmp_path)
+        files.release.clear()
+        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
+                           catalog=make_catalog(), locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            await pilot.click("#open")
+            await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen))
+            await pilot.press("escape")
+            files.release.set()
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ChatScreen")
+            assert app.session is None and files.pulled == []
+
+    async def test_a_superseded_load_is_dropped_and_freed(self):
+        slow, fast = FakeSession(list(HELLO)), FakeSession(list(HELLO))
+        release = threading.Event()
+
+        def factory(spec, options, progress):
+            if spec.target.name == "slow.gguf":
+                release.wait(5)
+                return slow
+            return fast
+
+        app = LocalspecApp(Settings(), session_factory=factory, spec=PairSpec(Path("slow.gguf")))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.1)
+            app.load_pair(PairSpec(Path("fast.gguf")))  # the user picked another pair meanwhile
+            await wait_for(pilot, lambda: app.session is fast)
+            release.set()
+            await wait_for(pilot, lambda: slow.closed)
+            assert app.session is fast and type(app.screen).__name__ == "ChatScreen"
+
+    async def test_load_failure_is_a_dialog(self):
+        def failing(spec, options, progress):
+            raise ValueError("[Errno 2] not a GGUF file [/bold]")  # brackets are not markup
+
+        app = LocalspecApp(Settings(), session_factory=failing, spec=PairSpec(Path("bad.gguf")))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+            assert "not a GGUF file" in app.screen.message
+            await pilot.press("enter")
+            assert type(app.screen).__name__ == "ChatScreen"
+
+
+class TestRealCatalogAndBackend:
+    async def test_pair_menu_with_the_built_in_catalog(self, tmp_path):
+        from localspec.catalog import load_catalog
+
+        catalog, warnings = load_catalog(Settings())
+        assert warnings == []
+        files = Files(tmp_path)
+        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
+                           catalog=catalog, locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            menu = app.screen
+            assert menu.pair.id == catalog.default_pair_id
+            assert menu.query_one("#pair-list").option_count == len(catalog.pairs)
+            for pair in catalog.pairs:  # every offered draft shares the target's family
+                assert all(d.family == pair.target.family for d in compatible_drafts(pair))
+
+    async def test_chat_on_tiny_real_models(self, tmp_path):
+        """The real Session (llama.cpp) behind the app: load in a worker, chat, stats from real Steps."""
+        pytest.importorskip("llama_cpp")
+        from tiny_gguf import write_tiny_gguf
+
+        target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_ctx=512)
+        draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
+        app = LocalspecApp(Settings(n_ctx=512, max_tokens=24, threads=1),
+                           spec=PairSpec(Path(target), Path(draft)))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.session is not None, timeout=60)
+            await send(app, pilot, "hello world")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None, timeout=60)
+            reply = app.history[-1]
+            assert reply.role == "assistant" and reply.status == "done"
+            stats = reply.meta["stats"]
+            assert stats["n_tokens"] > 0 and stats["n_steps"] > 0
+            app._refresh_panels(force=True)
+            values = app.query_one(StatsPanel).values
+            assert values["target alone"] != "–"
+            assert values["measured by"] == app.session.baseline_note
+
+
+# --- persistence, settings, export ------------------------------------------------------------
+
+class TestPersistence:
+    async def test_quit_start_chat_restored(self):
+        app = make_app(settings=Settings(show_draft_tokens=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "안녕 🚀")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            spans = app.query(ReplyView).last().draft_spans
+            chat_id = app.chat.id
+            await pilot.press("ctrl+q")
+        app2 = make_app(settings=Settings(show_draft_tokens=True))
+        async with app2.run_test(size=SIZE) as pilot:
+            await ready(app2, pilot)
+            assert app2.chat.id == chat_id and app2.chat.title == "안녕 🚀"
+            assert [m.content for m in app2.history] == ["안녕 🚀", HELLO_TEXT]
+            reply = app2.query(ReplyView).last()
+            assert reply.text == HELLO_TEXT and reply.draft_spans == [tuple(s) for s in spans]
+            assert "200.0 tok/s" in str(reply.query_one(".reply-summary").render())
+
+    async def test_quit_mid_reply_keeps_partial(self):
+        session = FakeSession(list(HELLO), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            chat_id = app.chat.id
+            await pilot.press("ctrl+q")
+        session.gate.set()
+        stored = ChatStore(Path(app.store.path)).messages(chat_id)
+        assert [(m.role, m.content, m.status) for m in stored][-1] == ("assistant", "Hello,", "stopped")
+
+    async def test_new_chat_list_and_switch(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "one [bold]not markup[/x]")
+            await wait_for(pilot, lambda: len(app.history) == 2)
+            first = app.chat.id
+            await pilot.press("ctrl+n")
+            assert app.history == [] and app.chat.id != first
+            await pilot.press("ctrl+l")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "ChatListScreen"
+            options = app.screen.query_one("#chat-list")
+            ids = [int(options.get_option_at_index(i).id) for i in range(options.option_count)]
+            options.highlighted = ids.index(first)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.chat.id == first
+            assert [m.content for m in app.history] == ["one [bold]not markup[/x]", HELLO_TEXT]
+
+    async def test_new_chat_mid_reply_keeps_partial_in_its_chat(self):
+        session = FakeSession(list(HELLO), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            first = app.chat.id
+            await pilot.press("ctrl+n")
+            session.gate.set()
+            await wait_for(pilot, lambda: session.generator_closed == 1)
+            await pilot.pause(0.1)
+            assert app.chat.id != first and app.history == [] and not app.query(ReplyView)
+            kept = app.store.messages(first)
+            assert [(m.role, m.content, m.status) for m in kept] == [
+                ("user", "hi", "done"), ("assistant", "Hello,", "stopped")]
+
+    async def test_settings_screen_validates_and_saves(self):
+        from localspec.tui.screens import SettingsScreen
+
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await pilot.press("f9")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, SettingsScreen)
+            screen.query_one("#k-n_ctx").value = "12"  # below the allowed 256
+            screen.action_save()
+            await pilot.pause()
+            assert "n_ctx" in str(screen.query_one("#settings-error").render())
+            screen.query_one("#k-n_ctx").value = "8192"
+            screen.query_one("#k-draft-max_k").value = "8"
+            screen.action_save()
+            await pilot.pause()
+            assert type(app.screen).__name__ == "ChatScreen"
+        saved, warning = load_settings()
+        assert warning is None and (saved.n_ctx, saved.draft.max_k) == (8192, 8)
+
+    async def test_corrupted_settings_warns_and_backs_up(self):
+        path = settings_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"n_ctx": 12, "theme": ', encoding="utf-8")
+        settings, warning = load_settings()
+        assert warning and str(path) in warning
+        backups = list(path.parent.glob("settings.json.bad-*"))
+        assert len(backups) == 1 and backups[0].read_text() == '{"n_ctx": 12, "theme": '
+        assert path.read_text() == '{"n_ctx": 12, "theme": '  # never silently overwritten
+        app = make_app(settings=settings, warning=warning)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            notes = [n.message for n in app._notifications]
+            assert any("Using defaults" in n for n in notes)
+
+    async def test_corrupted_store_warns_and_starts(self, tmp_path):
+        db = tmp_path / "data" / "chats.db"
+        db.parent.mkdir(parents=True)
+        db.write_bytes(b"garbage" * 1000)
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            assert any("damaged" in n.message for n in app._notifications)
+            await send(app, pilot, "still works")
+            await wait_for(pilot, lambda: len(app.history) == 2)
+        assert list(db.parent.glob("chats.db.corrupt-*"))
+
+    async def test_export_copy_and_chat_settings(self, tmp_path):
+        session = FakeSession([(["```py\n", "print(1)\n", "```"], 1, 2)])
+        app = make_app(session, settings=Settings(export_dir=tmp_path / "out"))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "code please")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            await pilot.press("alt+k")
+            assert app.clipboard == "print(1)"
+            await pilot.press("alt+c")
+            assert app.clipboard == "```py\nprint(1)\n```"
+            path = app.action_export()
+            assert path.parent == tmp_path / "out" and "code please" in path.read_text()
+            await pilot.press("f7")
+            await pilot.pause()
+            screen = app.screen
+            screen.query_one("#system-prompt").text = "Answer in Korean."
+            screen.query_one("#s-temperature").value = "9"  # out of range: refused
+            screen.action_save()
+            await pilot.pause()
+            assert "temperature" in str(screen.query_one("#settings-error").render())
+            screen.query_one("#s-temperature").value = "0.7"
+            screen.action_save()
+            await pilot.pause()
+            assert app.chat.system_prompt == "Answer in Korean."
+            assert app.chat.sampling["temperature"] == 0.7
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: app.generating is None and len(session.calls) == 2)
+            call = session.calls[-1]
+            assert call["messages"][0] == {"role": "system", "content": "Answer in Korean."}
+            assert call["params"].temperature == 0.7
+
+    async def test_palette_lists_every_action(self):
+        from localspec.tui.app import KEYS
+
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            for _key, action, desc, _label in KEYS:
+                if action and action != "interrupt":
+                    assert desc[0].upper() + desc[1:] in titles
+
+    async def test_theme_toggle_is_saved(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await pilot.press("ctrl+t")
+            assert app.theme == "textual-light"
+        assert load_settings()[0].theme == "textual-light"
+
+
+# --- screenshots (SVG from Textual's own screenshot feature) -----------------------------------
+
+class TestScreenshots:
+    """Each main screen rendered to SVG; the test checks the labels and values a user must see."""
+
+    async def test_chat_screen_svg(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await pilot.press("f3")
+            await send(app, pilot, "Say hello")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            app._refresh_panels(force=True)
+            await pilot.pause()
+            svg = app.export_screenshot()
+        for needle in ("Statistics", "tokens/s", "speed-up", "acceptance", "tokens/pass",
+                       "Step inspector", "Hello", "Say", "Regenerate", "Race"):
+            assert needle in svg.replace("&#160;", " "), needle
+
+    async def test_race_and_light_theme_svg(self):
+        app = make_app(FakeSession(list(HELLO), none_step_seconds=0.02))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            await pilot.pause()
+            svg = app.export_screenshot().replace("&#160;", " ")
+            for needle in ("speculative (draft): 200.0 tok/s", "target alone: 50.0 tok/s",
+                           "measured speed-up 4.00×", "identical replies"):
+                assert needle in svg, needle
+            await pilot.press("escape")
+            await pilot.press("ctrl+t")
+            await pilot.pause()
+            light = app.export_screenshot()
+            assert app.current_theme.dark is False
+            assert "Statistics" in light.replace("&#160;", " ") and light != svg
+
+    async def test_pair_menu_and_help_svg(self, tmp_path):
+        files = Files(tmp_path, present={"qwen-1.5b.gguf", "qwen-0.5b.gguf"})
+        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
+                           catalog=make_catalog(), locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            await pilot.pause()
+            svg = app.export_screenshot().replace("&#160;", " ")
+            for needle in ("Choose a model pair", "Qwen2.5 1.5B + 0.5B", "files present", "download needed",
+                           "memory", "p_min"):
+                assert needle in svg, needle
+            await pilot.press("escape")
+            await pilot.press("f1")
+            await pilot.pause()
+            svg = app.export_screenshot().replace("&#160;", " ")
+            for needle in ("localspec keys", "escape", "stop generating", "f5", "race"):
+                assert needle in svg, needle
