@@ -177,9 +177,10 @@ def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[
         speedup = tps / base if base else None
         identical = divergence = None
         if temp == 0.0 and ref is not None and mode != "none":
-            identical = all(r.tokens == ref.tokens for r in rs)
-            if not identical:
-                divergence = first_divergence(session, prompt, ref.tokens, rs[0].tokens)
+            differing = [r for r in rs if r.tokens != ref.tokens]
+            identical = not differing
+            if differing:
+                divergence = first_divergence(session, prompt, ref.tokens, differing[0].tokens)
         decode = med([x["decode_seconds"] for x in s]) or 0.0
         over = med([x["overhead_seconds"] for x in s]) or 0.0
         out.append(Row(
@@ -253,8 +254,9 @@ def markdown(rep: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x, p=2: "—" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))  # noqa: E731
     for r in rep["rows"]:
+        div = r["divergence"] or {}
         ident = "—" if r["identical"] is None else ("yes" if r["identical"] else
-                f"no (at {r['divergence']['index']}, gap {f(r['divergence']['gap'], 3)})")
+                f"no (at {div.get('index')}, gap {f(div.get('gap'), 3)})")
         lines.append(f"| {r['prompt_id']} | {r['mode']} | {r['temperature']} | {f(r['tokens_per_second'], 1)} | "
                      f"{f(r['speedup'])} | {f(r['acceptance_rate'])} | {f(r['tokens_per_pass'])} | {ident} | "
                      f"{f(r['predicted_speedup'])} | {f(r['achieved_over_predicted'])} | {r['overhead_fraction']:.1%} |")

@@ -27,6 +27,11 @@ PROBE_K = 2
 # draft's catch-up on accepted tokens and per-step Python work, a few per cent together.
 MIN_GAIN = 1.05
 OPTIMISTIC_ALPHA = 0.95  # if even this acceptance cannot pay, probing is pointless
+# The model can be wrong where it is blind (drafts cut short by p_min, prose where the draft
+# hesitates): so drafting must also *measure* faster than the target alone. A trial of this
+# many drafting steps decides; within GUARD_TOLERANCE of the baseline counts as a tie.
+TRIAL_STEPS = 4
+GUARD_TOLERANCE = 0.97
 UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best near 4 here
 
 
@@ -105,6 +110,8 @@ class DraftController:
         self.rejected = PRIOR_REJECTED
         self._probe_every = FIRST_PROBE
         self._since_draft = 0
+        self._realized: float | None = None  # EMA tokens/s of steps that drafted
+        self._n_realized = 0
 
     @property
     def alpha(self) -> float:
@@ -129,23 +136,45 @@ class DraftController:
         if self.fixed_k is not None:
             return Choice(self.fixed_k, self.speed(self.fixed_k), base)
         k, speed = self._best_k()
+        if k > 0 and not self.drafting_pays():
+            return Choice(0, base, base)
         return Choice(k, speed, base)
 
+    def drafting_pays(self) -> bool:
+        """Measured, not modelled: the last trial's drafting steps kept up with the target alone."""
+        if self._n_realized < TRIAL_STEPS:
+            return True  # still measuring
+        return self._realized >= GUARD_TOLERANCE / self.costs.T(1)
+
     def choose(self) -> Choice:
-        """The best k, except that while k = 0 wins it still drafts a little now and then: the
-        acceptance estimate can only change when something is drafted. Probes back off
-        exponentially, and stop altogether when even a near-perfect draft could not pay."""
+        """The best k, except that while k = 0 wins it still tries drafting now and then: the
+        acceptance (or the measured speed) can only change when something is drafted. Tries
+        back off exponentially, and stop altogether when even a near-perfect draft could not
+        pay on this hardware."""
         choice = self.best()
         if choice.k > 0 or self.fixed_k is not None or not self.costs.verify:
             return choice
-        if self._best_k(OPTIMISTIC_ALPHA)[0] == 0:
+        model_k, _ = self._best_k()
+        if model_k == 0 and self._best_k(OPTIMISTIC_ALPHA)[0] == 0:
             return choice  # the hardware rules drafting out whatever the acceptance
         self._since_draft += 1
-        if self._since_draft >= self._probe_every:
-            self._since_draft = 0
-            self._probe_every = min(self._probe_every * 2, MAX_PROBE)
-            return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
-        return choice
+        if self._since_draft < self._probe_every:
+            return choice
+        self._since_draft = 0
+        self._probe_every = min(self._probe_every * 2, MAX_PROBE)
+        if model_k > 0:  # the guard said no: give drafting a new trial of TRIAL_STEPS steps
+            self._realized, self._n_realized = None, 0
+            return self.best()
+        return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
+
+    def observe_rate(self, n_tokens: int, seconds: float) -> None:
+        """Tokens/s of a step that spent something on drafting (a draft pass or a verify row)."""
+        if seconds <= 0:
+            return
+        self._realized = _smooth(self._realized, n_tokens / seconds)
+        self._n_realized += 1
+        if self._n_realized == TRIAL_STEPS and self.drafting_pays():
+            self._probe_every = FIRST_PROBE
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         """Geometric-model MLE: each step gives n_accepted successes and, if it stopped short

@@ -115,6 +115,8 @@ class SpeculativeEngine:
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(choice, draft, drafted, verdict, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
+        if drafted or draft.n_evals:
+            self.controller.observe_rate(len(kept), time.perf_counter() - t_start)
         emitted, finish = self._cut(kept, budget)
         context.extend(kept)
         text = "".join(stream.feed(self.target.token_bytes(t)) for t in emitted)

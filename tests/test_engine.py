@@ -201,3 +201,33 @@ class TestProbing:
         assert c.best().k == 0
         ks = [c.choose().k for _ in range(100)]
         assert 0 < sum(k > 0 for k in ks) <= 4
+
+
+class TestMeasuredGuard:
+    CHEAP_VERIFY = {1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8, 17: 3.0}
+
+    def test_drafting_that_measures_slower_is_switched_off(self):
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        assert c.best().k > 0  # the model likes drafting...
+        for _ in range(6):
+            c.observe_rate(n_tokens=1, seconds=1.5)  # ...but each drafting step made 0.67 tok/s < 1
+        assert c.best().k == 0
+
+    def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        for _ in range(6):
+            c.observe_rate(1, 1.5)
+        ks = []
+        for _ in range(40):
+            choice = c.choose()
+            ks.append(choice.k)
+            if choice.k:
+                c.observe_rate(3, 1.0)  # this time drafting measures 3 tok/s
+        assert ks[0] == 0 and ks[-1] > 0 and c.drafting_pays()
+
+    def test_guard_keeps_engine_exact(self):
+        fn = hashed_logits(seed=21, n_vocab=V)
+        slow = ScriptedDrafter(lambda ctx, n: [(t + 1) % V for t in oracle_greedy(fn, ctx, n)])
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.0), max_k=4)
+        got, steps = run(SpeculativeEngine(FakeModel(fn, V), slow, c), max_tokens=60)
+        assert got == target_only(fn, max_tokens=60)[0]

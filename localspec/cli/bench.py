@@ -64,10 +64,10 @@ def cmd_bench(args) -> int:
     finally:
         session.close()
     rep["lookup"] = lookup
+    if args.json:  # first: the measurements survive whatever happens below
+        args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
     md = bench.markdown(rep)
     print(md)
-    if args.json:
-        args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
     if args.markdown:
         args.markdown.write_text(md)
     return 0
