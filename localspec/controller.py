@@ -88,6 +88,45 @@ def _smooth(old: float | None, sample: float) -> float:
     return (1 - EMA) * old + EMA * min(max(sample, old / 2), old * 2)
 
 
+class MarginalRule:
+    """How far one draft should go: greedy maximisation of the step's expected tokens per
+    second (in the spirit of SpecDec++, arXiv 2405.19715, which stops on a predicted rejection).
+
+    A draft token of confidence c (the draft's probability for it) adds p_chain * c expected
+    tokens, where p_chain is the chance that every earlier draft token is accepted; it costs
+    one more verify row, T(n+2) - T(n+1), and going on costs a draft pass. Adding something
+    raises the step's rate E / time exactly when its own gain per second beats that rate.
+    On a memory-bound target a verify row is nearly free, so even an unsure first token is
+    worth proposing; on a compute-bound one only confident runs are.
+    """
+
+    def __init__(self, costs: CostModel) -> None:
+        self.costs = costs
+        self.p_chain, self.expected, self.n, self.passes = 1.0, 1.0, 0, 1
+
+    def _rate(self) -> float:
+        return self.expected / (self.passes * self.costs.t_draft + self.costs.T(self.n + 1))
+
+    def _row(self) -> float:
+        return max(self.costs.T(self.n + 2) - self.costs.T(self.n + 1), 1e-9)
+
+    def keep(self, c: float) -> bool:
+        """Propose a token of confidence c? (Its draft pass is already paid for.)"""
+        if self.p_chain * c < self._rate() * self._row():
+            return False
+        self.p_chain *= c
+        self.expected += self.p_chain
+        self.n += 1
+        return True
+
+    def another_pass(self, c_next: float) -> bool:
+        """Run the draft again, expecting the next token's confidence to be about c_next?"""
+        if self.p_chain * c_next < self._rate() * (self.costs.t_draft + self._row()):
+            return False
+        self.passes += 1
+        return True
+
+
 @dataclass(frozen=True)
 class Choice:
     k: int

@@ -15,6 +15,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from .controller import CostModel, MarginalRule
 from .protocol import CachedModel
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 
@@ -53,6 +54,9 @@ class ModelDrafter:
 
     Drafting stops early when the draft's top probability falls below ``p_min``: a token it is
     unsure of is likely rejected, and every rejected token costs a draft pass and a verify row.
+    Given the measured ``costs``, the :class:`MarginalRule` decides as well, and the first
+    token is then proposed whenever the rule says its verify row pays, whatever ``p_min``:
+    its draft pass is spent already.
     """
 
     name = "draft"
@@ -63,8 +67,10 @@ class ModelDrafter:
         n_vocab_target: int,
         p_min: float = DEFAULT_P_MIN,
         banned: Sequence[int] = (),
+        costs: CostModel | None = None,
     ) -> None:
         self.model = model
+        self.costs = costs
         self.n_vocab_target = n_vocab_target
         self.p_min = p_min
         # ids the draft must never propose: beyond the target's vocab, or special tokens whose
@@ -85,20 +91,26 @@ class ModelDrafter:
         ids: list[int] = []
         qs: list[np.ndarray] = []
         history = list(context[-max(params.repeat_last_n, 1) :])
+        rule = MarginalRule(self.costs) if self.costs and self.costs.verify else None
         while True:
             logits = self._fit(rows[0])
             token, q, top_p = self._choose(logits, history, params, rng)
-            if top_p < self.p_min:
+            if not self._keep(len(ids), top_p, rule):
                 break
             ids.append(token)
             history.append(token)
             if q is not None:
                 qs.append(q)
-            if len(ids) == k:
+            if len(ids) == k or (rule and not rule.another_pass(top_p)):
                 break
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals)
+
+    def _keep(self, i: int, top_p: float, rule: MarginalRule | None) -> bool:
+        if rule is None:
+            return top_p >= self.p_min
+        return (i == 0 or top_p >= self.p_min) and rule.keep(top_p)
 
     def _fit(self, row: np.ndarray) -> np.ndarray:
         """The draft's logits on the target's vocabulary, banned ids at -inf."""

@@ -120,14 +120,17 @@ class Session:
             # draft token is the draft model's, and zero for prompt lookup
             costs = CostModel(self.costs.verify, self.costs.t_draft if mode == "draft" else 0.0)
             self._controllers[mode] = DraftController(costs, self.options.max_k, fixed)
-        return SpeculativeEngine(self.target, self._drafter(mode), self._controllers[mode])
+        controller = self._controllers[mode]
+        return SpeculativeEngine(self.target, self._drafter(mode, controller.costs), controller)
 
-    def _drafter(self, mode: Mode):
+    def _drafter(self, mode: Mode, costs: CostModel):
         if mode == "draft":
             if self.draft is None:
                 raise ValueError("this session has no draft model")
             banned = self.compat.banned_draft_ids if self.compat else ()
-            return ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned)
+            # with --no-adapt the draft length is the user's: p_min alone stops a draft
+            rule_costs = costs if self.options.adaptive else None
+            return ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
         if mode == "lookup":
             return PromptLookupDrafter()
         return NoDrafter()

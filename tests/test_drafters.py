@@ -4,6 +4,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 from fakes import FakeModel
+from localspec.controller import CostModel
 from localspec.drafters import ModelDrafter, PromptLookupDrafter, find_latest_ngram
 from localspec.sampling import SamplingParams
 
@@ -54,3 +55,33 @@ class TestModelDrafter:
 
         d = ModelDrafter(FakeModel(fn, 12), 10, p_min=0.0, banned=[4]).draft([1, 2], 3, GREEDY, None)
         assert d.ids == (6, 6, 6)
+
+
+class TestMarginalRule:
+    @staticmethod
+    def unsure_then_flat(h):
+        z = np.zeros(10, dtype=np.float32)
+        z[7] = 0.9  # top probability ~0.2: below any sensible p_min
+        return z
+
+    def test_cheap_verify_row_takes_an_unsure_first_token(self):
+        # memory-bound target: a verify row costs 3 % of T(1), a draft pass 20 %
+        costs = CostModel({1: 1.0, 2: 1.03, 3: 1.06, 4: 1.1}, t_draft=0.2)
+        d = ModelDrafter(FakeModel(self.unsure_then_flat, 10), 10, p_min=0.75, costs=costs)
+        assert d.draft([1, 2, 3], 8, GREEDY, None).ids == (7,)  # one token, then no more passes
+
+    def test_expensive_verify_row_refuses_it(self):
+        # compute-bound target: a verify row costs 50 % of T(1)
+        costs = CostModel({1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}, t_draft=0.6)
+        d = ModelDrafter(FakeModel(self.unsure_then_flat, 10), 10, p_min=0.75, costs=costs)
+        assert d.draft([1, 2, 3], 8, GREEDY, None).ids == ()
+
+    def test_confident_runs_go_long_on_cheap_rows(self):
+        def confident(h):
+            z = np.full(10, -10.0, dtype=np.float32)
+            z[len(h) % 10] = 10.0
+            return z
+
+        costs = CostModel({1: 1.0, 2: 1.03, 4: 1.1, 8: 1.4, 16: 2.0}, t_draft=0.1)
+        d = ModelDrafter(FakeModel(confident, 10), 10, p_min=0.75, costs=costs)
+        assert len(d.draft([1, 2, 3], 12, GREEDY, None).ids) == 12

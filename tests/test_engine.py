@@ -29,7 +29,7 @@ def target_only(fn, **kw):
 
 class TestGreedyIdentity:
     @pytest.mark.parametrize("k", [1, 3, 8])
-    @pytest.mark.parametrize("drafter_kind", ["perfect", "always_wrong", "random_model", "noisy_model", "lookup"])
+    @pytest.mark.parametrize("drafter_kind", ["perfect", "always_wrong", "random_model", "noisy_model", "noisy_model_marginal_rule", "lookup"])
     def test_speculative_equals_target_only(self, k, drafter_kind):
         fn = hashed_logits(seed=1, n_vocab=V)
         expected, _ = target_only(fn)
@@ -40,9 +40,10 @@ class TestGreedyIdentity:
             drafter = ScriptedDrafter(lambda ctx, n: [(t + 1) % V for t in oracle_greedy(fn, ctx, n)])
         elif drafter_kind == "random_model":
             drafter = ModelDrafter(FakeModel(hashed_logits(seed=99, n_vocab=V), V), V, p_min=0.0)
-        elif drafter_kind == "noisy_model":
+        elif drafter_kind in ("noisy_model", "noisy_model_marginal_rule"):
             noisy = lambda h: fn(h) + np.random.default_rng(len(h)).standard_normal(V).astype(np.float32)
-            drafter = ModelDrafter(FakeModel(noisy, V), V, p_min=0.0)
+            costs = CostModel({1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8}, 0.1) if "rule" in drafter_kind else None
+            drafter = ModelDrafter(FakeModel(noisy, V), V, p_min=0.0, costs=costs)
         else:
             drafter = PromptLookupDrafter(min_ngram=1)
         got, steps = run(SpeculativeEngine(target, drafter, fixed(k)))
