@@ -14,6 +14,7 @@ memory-bound one (big model, GPU) T(n) is nearly flat and long drafts pay.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -47,6 +48,24 @@ class CostModel:
 
     verify: dict[int, float] = field(default_factory=dict)
     t_draft: float = 0.0
+    # The draft's confidence c is a biased guess of acceptance: measured rejections divided by
+    # the rejections (sum of 1 - c) its confidences predicted, over the tokens verify tested.
+    rejected: float = 1.0
+    predicted_rejected: float = 1.0
+
+    @property
+    def rejection_scale(self) -> float:
+        return self.rejected / max(self.predicted_rejected, 1e-9)
+
+    def observe_confidence(self, confidence: Sequence[float], n_accepted: int) -> None:
+        """Tokens x_1..x_{n_accepted+1} were tested (the rest were never looked at)."""
+        tested = confidence[: n_accepted + 1]
+        self.predicted_rejected = DECAY * self.predicted_rejected + sum(1.0 - c for c in tested)
+        self.rejected = DECAY * self.rejected + (1.0 if n_accepted < len(confidence) else 0.0)
+
+    def acceptance(self, c: float) -> float:
+        """Calibrated chance that a draft token of confidence c is accepted."""
+        return min(max(1.0 - (1.0 - c) * self.rejection_scale, 0.0), 1.0)
 
     def T(self, n: int) -> float:
         """Measured where we have it, linear in between, slope of the last two points beyond;
@@ -92,7 +111,8 @@ class MarginalRule:
     """How far one draft should go: greedy maximisation of the step's expected tokens per
     second (in the spirit of SpecDec++, arXiv 2405.19715, which stops on a predicted rejection).
 
-    A draft token of confidence c (the draft's probability for it) adds p_chain * c expected
+    A draft token of confidence c (the draft's probability for it, calibrated against the
+    measured rejections by ``CostModel.acceptance``) adds p_chain * c expected
     tokens, where p_chain is the chance that every earlier draft token is accepted; it costs
     one more verify row, T(n+2) - T(n+1), and going on costs a draft pass. Adding something
     raises the step's rate E / time exactly when its own gain per second beats that rate.
@@ -112,6 +132,7 @@ class MarginalRule:
 
     def keep(self, c: float) -> bool:
         """Propose a token of confidence c? (Its draft pass is already paid for.)"""
+        c = self.costs.acceptance(c)
         if self.p_chain * c < self._rate() * self._row():
             return False
         self.p_chain *= c
@@ -121,6 +142,7 @@ class MarginalRule:
 
     def another_pass(self, c_next: float) -> bool:
         """Run the draft again, expecting the next token's confidence to be about c_next?"""
+        c_next = self.costs.acceptance(c_next)
         if self.p_chain * c_next < self._rate() * (self.costs.t_draft + self._row()):
             return False
         self.passes += 1

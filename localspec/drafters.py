@@ -25,6 +25,7 @@ class Draft:
     ids: tuple[int, ...] = ()
     q_draft: tuple[np.ndarray, ...] | None = None
     n_evals: int = 0  # forward passes the drafter ran (0 for lookup): feeds the cost model
+    confidence: tuple[float, ...] = ()  # the draft's probability for each token it proposed
 
 
 class Drafter(Protocol):
@@ -90,6 +91,7 @@ class ModelDrafter:
         n_evals = 1
         ids: list[int] = []
         qs: list[np.ndarray] = []
+        conf: list[float] = []
         history = list(context[-max(params.repeat_last_n, 1) :])
         rule = MarginalRule(self.costs) if self.costs and self.costs.verify else None
         while True:
@@ -98,6 +100,7 @@ class ModelDrafter:
             if not self._keep(len(ids), top_p, rule):
                 break
             ids.append(token)
+            conf.append(top_p)
             history.append(token)
             if q is not None:
                 qs.append(q)
@@ -105,7 +108,7 @@ class ModelDrafter:
                 break
             rows = self.model.evaluate([token], 1)
             n_evals += 1
-        return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals)
+        return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals, tuple(conf))
 
     def _keep(self, i: int, top_p: float, rule: MarginalRule | None) -> bool:
         if rule is None:

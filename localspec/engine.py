@@ -154,6 +154,8 @@ class SpeculativeEngine:
         costs = self.controller.costs
         costs.observe_verify(len(drafted) + 1, t_verify)
         costs.observe_draft(draft.n_evals, t_draft)
+        if draft.confidence:
+            costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         self.controller.observe(len(drafted), verdict.n_accepted)
 
     def _cut(self, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:

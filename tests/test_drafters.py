@@ -1,6 +1,7 @@
 """Prompt lookup and the model drafter's confidence stop."""
 
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from fakes import FakeModel
@@ -85,3 +86,13 @@ class TestMarginalRule:
         costs = CostModel({1: 1.0, 2: 1.03, 4: 1.1, 8: 1.4, 16: 2.0}, t_draft=0.1)
         d = ModelDrafter(FakeModel(confident, 10), 10, p_min=0.75, costs=costs)
         assert len(d.draft([1, 2, 3], 12, GREEDY, None).ids) == 12
+
+    def test_confidence_is_calibrated_by_measured_rejections(self):
+        costs = CostModel({1: 1.0, 2: 1.1})
+        assert costs.acceptance(0.8) == pytest.approx(0.8)  # no evidence yet: taken at face value
+        for _ in range(100):  # drafts of confidence 0.8 that the target always accepts
+            costs.observe_confidence([0.8, 0.8, 0.8, 0.8], n_accepted=4)
+        assert costs.acceptance(0.8) > 0.97
+        for _ in range(100):  # now the first token is always rejected
+            costs.observe_confidence([0.8, 0.8], n_accepted=0)
+        assert costs.acceptance(0.8) < 0.5
