@@ -91,7 +91,16 @@ class CostModel:
         return max(self.verify[b] + slope * (n - b), 1e-9)
 
     def observe_verify(self, n: int, seconds: float) -> None:
-        self.verify[n] = _smooth(self.verify.get(n), seconds)
+        """A single-token step moves the whole curve (a busier or idler machine slows or
+        speeds every batch size alike); a k-token verify refines its own point. Updating T(1)
+        alone would let a noisy T(1) pass a stale T(2) and make drafting look free."""
+        old = self.verify.get(n)
+        self.verify[n] = _smooth(old, seconds)
+        if n == 1 and old:
+            scale = self.verify[1] / old
+            for m in self.verify:
+                if m != 1:
+                    self.verify[m] *= scale
 
     def observe_draft(self, n_evals: int, seconds: float) -> None:
         if n_evals <= 0:

@@ -232,3 +232,15 @@ class TestMeasuredGuard:
         c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.0), max_k=4)
         got, steps = run(SpeculativeEngine(FakeModel(fn, V), slow, c), max_tokens=60)
         assert got == target_only(fn, max_tokens=60)[0]
+
+
+class TestCostModel:
+    def test_single_token_timings_move_the_whole_curve(self):
+        costs = CostModel({1: 1.0, 2: 1.5, 4: 2.0})
+        costs.observe_verify(1, 1.5)  # the machine got busier
+        assert costs.T(2) / costs.T(1) == pytest.approx(1.5)
+        assert costs.T(1) > 1.0
+
+    def test_curve_is_monotone(self):
+        costs = CostModel({1: 1.0, 2: 0.8, 4: 2.0})
+        assert costs.T(2) >= costs.T(1) and costs.T(3) >= costs.T(2)
