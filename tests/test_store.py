@@ -154,3 +154,36 @@ class TestDamage:
         store.add_message(store.new_chat().id, "user", "kept in memory")
         holder.execute("ROLLBACK")
         holder.close()
+
+
+class TestKill:
+    def test_sigkill_mid_reply_loses_at_most_that_reply(self, tmp_path):
+        """A real process adds messages as a chat would, then is SIGKILLed while 'generating'."""
+        import signal
+        import subprocess
+        import sys
+        import textwrap
+
+        path = tmp_path / "chats.db"
+        script = textwrap.dedent(f"""
+            import sys, time
+            from localspec.store import ChatStore
+            store = ChatStore({str(path)!r})
+            chat = store.new_chat("killed")
+            for i in range(3):
+                store.add_message(chat.id, "user", f"question {{i}} 안녕 😀")
+                store.add_message(chat.id, "assistant", f"answer {{i}}")
+            store.add_message(chat.id, "user", "the last question")
+            print("ready", flush=True)
+            time.sleep(60)  # generating the reply when the kill comes
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        store = ChatStore(path)
+        (chat,) = store.list_chats()
+        contents = [m.content for m in store.messages(chat.id)]
+        assert contents[-1] == "the last question" and len(contents) == 7
+        assert contents[0] == "question 0 안녕 😀"
+        assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
