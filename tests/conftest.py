@@ -14,3 +14,18 @@ def _isolated_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The hub's reachability probe connects (without touching the network)."""
+    from localspec import hub
+
+    class Conn:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(hub.socket, "create_connection", lambda addr, timeout: Conn())

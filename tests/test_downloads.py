@@ -88,18 +88,6 @@ def fake_hub(monkeypatch) -> FakeHub:
 
 
 @pytest.fixture
-def online(monkeypatch):
-    class Conn:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    monkeypatch.setattr(hub.socket, "create_connection", lambda addr, timeout: Conn())
-
-
-@pytest.fixture
 def unreachable(monkeypatch):
     def refuse(addr, timeout):
         raise OSError("[Errno -2] Name or service not known")

@@ -27,18 +27,6 @@ def _online_by_default(monkeypatch):
     monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
 
 
-@pytest.fixture
-def online(monkeypatch):
-    """The probe's TCP connect succeeds (without touching the network)."""
-
-    class Conn:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    monkeypatch.setattr(hub.socket, "create_connection", lambda addr, timeout: Conn())
 
 
 def no_download(*args, **kwargs):

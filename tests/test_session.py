@@ -25,6 +25,15 @@ def reply(session, msgs, n=12, mode=None):
     return "".join(s.text for s in session.chat(msgs, GREEDY, n, mode=mode))
 
 
+def fresh_reply(pair, msgs, n=12):
+    """The same conversation evaluated from scratch by the target alone."""
+    fresh = load(pair, draft=False)
+    try:
+        return reply(fresh, msgs, n)
+    finally:
+        fresh.close()
+
+
 def long_history(turns=12):
     msgs = [{"role": "system", "content": "be brief"}]
     for i in range(turns):
@@ -55,11 +64,7 @@ class TestTrimming:
             _, kept = s.fit(msgs, 12)
         finally:
             s.close()
-        fresh = load(pair, draft=False)
-        try:
-            assert got == reply(fresh, kept)
-        finally:
-            fresh.close()
+        assert got == fresh_reply(pair, kept)
 
     def test_refuse_setting_raises_clear_error(self, pair):
         s = load(pair, overflow="refuse")
@@ -85,11 +90,7 @@ class TestCancellation:
             got = reply(s, follow, mode="draft")
         finally:
             s.close()
-        fresh = load(pair, draft=False)
-        try:
-            assert got == reply(fresh, follow)
-        finally:
-            fresh.close()
+        assert got == fresh_reply(pair, follow)
 
 
 class TestModes:
