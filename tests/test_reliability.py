@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from test_downloads import (  # noqa: F401 - fixtures
-    DATA, DIGEST, _online_by_default, fake_hub, online, ref, settings, unreachable,
+    DATA, DIGEST, _online_by_default, fake_hub, ref, settings, unreachable,
 )
 from test_pypi_fallback import FakePip, build_wheel
 
