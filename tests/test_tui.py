@@ -135,6 +135,12 @@ async def send(app, pilot, text: str):
     await pilot.press("enter")
 
 
+async def send_until_mid_stream(app, pilot, text: str):
+    """Send; with a gated FakeSession the first step arrives and the rest wait for the gate."""
+    await send(app, pilot, text)
+    await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+
+
 # --- chatting ---------------------------------------------------------------------------------
 
 class TestChat:
@@ -143,9 +149,7 @@ class TestChat:
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
-            await send(app, pilot, "Say hello")
-            # the first step arrives, the rest wait for the gate: the reply is mid-stream
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await send_until_mid_stream(app, pilot, "Say hello")
             assert app.generating == "chat"
             session.gate.set()
             await wait_for(pilot, lambda: app.generating is None)
@@ -185,8 +189,7 @@ class TestChat:
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
-            await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await send_until_mid_stream(app, pilot, "Say hello")
             await pilot.press(key)
             session.gate.set()  # the worker leaves its wait, sees the stop, closes the generator
             await wait_for(pilot, lambda: app.generating is None)
@@ -317,8 +320,7 @@ class TestSpeculationView:
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await send_until_mid_stream(app, pilot, "hi")
             await pilot.press("f1")  # help on top while the reply streams on
             session.gate.set()
             await wait_for(pilot, lambda: app.generating is None)
@@ -601,8 +603,7 @@ class TestPersistence:
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await send_until_mid_stream(app, pilot, "hi")
             chat_id = app.chat.id
             await pilot.press("ctrl+q")
         session.gate.set()
@@ -634,8 +635,7 @@ class TestPersistence:
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+            await send_until_mid_stream(app, pilot, "hi")
             first = app.chat.id
             await pilot.press("ctrl+n")
             session.gate.set()
