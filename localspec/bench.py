@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .controller import CostModel, expected_tokens
+from .drafters import OracleDrafter
 from .engine import calibrate
 from .sampling import SamplingParams
 from .stats import RunStats
@@ -54,6 +55,7 @@ class Row:
     verify_seconds: float
     overhead_seconds: float
     overhead_fraction: float
+    overhead_ms_per_step: float  # decode time outside draft and verify, per target pass
     identical: bool | None  # greedy only: same text as target-only
     divergence: dict | None  # greedy, not identical: first differing token and target top-2 gap
     predicted_speedup: float | None  # Leviathan et al. with the measured T(k) and acceptance
@@ -93,16 +95,40 @@ def split_mode(mode: str) -> tuple[str, str]:
     return base, rule or "speculative"
 
 
-def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int) -> Run:
+def parse_oracle(mode: str) -> tuple[float, int | None] | None:
+    """'oracle-80' proposes the target-only reply with 80 % of its tokens right, k chosen by
+    the controller; 'oracle-100/8' always drafts 8 tokens. None for every other mode."""
+    base = split_mode(mode)[0]
+    if not base.startswith("oracle-"):
+        return None
+    pct, _, k = base.removeprefix("oracle-").partition("/")
+    return int(pct) / 100, (int(k) if k else None)
+
+
+def oracle_factory(session, mode: str, reference: Sequence[int] | None, seed: int):
+    parsed = parse_oracle(mode)
+    if parsed is None:
+        return None
+    if reference is None:
+        raise ValueError("an oracle mode needs the target-only run of the same prompt first")
+    n_vocab = session.target.n_vocab
+    return lambda prompt_len: OracleDrafter(prompt_len, reference, n_vocab, 1.0 - parsed[0], seed)
+
+
+def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int,
+             reference: Sequence[int] | None = None) -> Run:
     session.reset()  # every run starts cold: no prefix reuse across modes
     base_mode, rule = split_mode(mode)
+    make_drafter = oracle_factory(session, mode, reference, params.seed or 0)
     params = params.model_copy(update={"rule": rule})
     stats = RunStats()
     tokens: list[int] = []
     text: list[str] = []
     n_rejections = 0
     msgs = [{"role": "user", "content": prompt["prompt"]}]
-    for step in session.chat(msgs, params, max_tokens, mode=base_mode):
+    fixed_k = (parse_oracle(mode) or (None, None))[1]
+    for step in session.chat(msgs, params, max_tokens, mode=base_mode, make_drafter=make_drafter,
+                             fixed_k=fixed_k):
         stats.add(step)
         tokens.extend(step.emitted)
         text.append(step.text)
@@ -157,7 +183,8 @@ def run_bench(session, suite: dict, modes: Sequence[str], temperatures: Sequence
             for _ in range(repeats):
                 for mode in modes:  # interleaved: A, B, C, A, B, C
                     say(done, total, f"{prompt['id']} {mode} t={temp}")
-                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens))
+                    ref = runs["none"][0].tokens if runs.get("none") else None
+                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens, ref))
                     done += 1
             rows += summarise(session, costs, prompt, temp, runs)
     say(done, total, "done")
@@ -189,7 +216,9 @@ def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[
             med([x["tokens_per_pass"] for x in s]), med([x["draft_length"] for x in s]),
             med([x["time_to_first_token"] for x in s if x["time_to_first_token"] is not None]),
             med([x["draft_seconds"] for x in s]), med([x["verify_seconds"] for x in s]), over,
-            over / decode if decode else 0.0, identical, divergence, pred,
+            over / decode if decode else 0.0,
+            med([1000 * x["overhead_seconds"] / x["n_steps"] for x in s if x["n_steps"]]) or 0.0,
+            identical, divergence, pred,
             (speedup / pred) if (speedup and pred) else None, int(med([x["n_tokens"] for x in s])),
         ))
     return out
@@ -214,6 +243,7 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
             }
     return {
         "memory": memory_report(session),
+        "offload": getattr(getattr(session, "offload", None), "summary", None),
         "target": str(session.spec.target),
         "draft": str(session.spec.draft) if session.spec.draft else None,
         "suite": suite.get("name", "custom"),
@@ -250,7 +280,7 @@ def memory_report(session) -> dict:
 def markdown(rep: dict) -> str:
     lines = [f"Target `{rep['target']}`, draft `{rep['draft']}`, suite {rep['suite']}, "
              f"{rep['max_tokens']} tokens, {rep['repeats']} repeat(s).", "",
-             "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred | overhead |",
+             "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred | overhead (per pass) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda x, p=2: "—" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))  # noqa: E731
     for r in rep["rows"]:
@@ -259,7 +289,8 @@ def markdown(rep: dict) -> str:
                 f"no (at {div.get('index')}, gap {f(div.get('gap'), 3)})")
         lines.append(f"| {r['prompt_id']} | {r['mode']} | {r['temperature']} | {f(r['tokens_per_second'], 1)} | "
                      f"{f(r['speedup'])} | {f(r['acceptance_rate'])} | {f(r['tokens_per_pass'])} | {ident} | "
-                     f"{f(r['predicted_speedup'])} | {f(r['achieved_over_predicted'])} | {r['overhead_fraction']:.1%} |")
+                     f"{f(r['predicted_speedup'])} | {f(r['achieved_over_predicted'])} | "
+                     f"{r['overhead_fraction']:.1%} ({r['overhead_ms_per_step']:.2f} ms) |")
     lines += ["", "| mode | median tok/s | median speed-up | min speed-up | by category |", "|---|---|---|---|---|"]
     for key, s in rep["summary"].items():
         cats = ", ".join(f"{c} {v:.2f}" for c, v in s["by_category"].items())

@@ -67,6 +67,33 @@ class CostModel:
         """Calibrated chance that a draft token of confidence c is accepted."""
         return min(max(1.0 - (1.0 - c) * self.rejection_scale, 0.0), 1.0)
 
+    def curve(self, n_max: int) -> np.ndarray:
+        """T(0..n_max) as an array (T(0) = 0), kept until a timing changes: the controller
+        reads the whole curve every step, and on a GPU a step is a few milliseconds."""
+        key = (n_max, tuple(self.verify.items()))
+        if getattr(self, "_curve_key", None) != key:
+            self._curve = np.concatenate([[0.0], self._vector_T(np.arange(1, n_max + 1))])
+            self._curve_key = key
+        return self._curve
+
+    def _vector_T(self, ns: np.ndarray) -> np.ndarray:
+        """T(n) for many n in one go (the same rule as ``T``)."""
+        if not self.verify:
+            return np.full(len(ns), np.nan)
+        xs = np.array(sorted(self.verify), dtype=float)
+        ys = np.array([self.verify[int(x)] for x in xs])
+        if len(xs) == 1:
+            return ys[0] * ns / xs[0]
+        raw = np.interp(ns, xs, ys)
+        hi, lo = ns > xs[-1], ns < xs[0]
+        raw[hi] = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (ns[hi] - xs[-1])
+        raw[lo] = ys[0] + (ys[1] - ys[0]) / (xs[1] - xs[0]) * (ns[lo] - xs[0])
+        raw = np.maximum(raw, 1e-9)
+        running = np.maximum.accumulate(ys)  # max of the measured times at sizes <= n
+        idx = np.searchsorted(xs, ns, side="right") - 1
+        floor = np.where(idx >= 0, running[np.maximum(idx, 0)], 0.0)
+        return np.maximum(raw, floor)
+
     def T(self, n: int) -> float:
         """Measured where we have it, linear in between, slope of the last two points beyond;
         never less than a smaller batch's time (a k-token verify is not cheaper than k-1)."""
@@ -188,11 +215,19 @@ class DraftController:
         return self.accepted / (self.accepted + self.rejected)
 
     def speed(self, k: int, alpha: float | None = None) -> float:
-        seconds = k * self.costs.t_draft + self.costs.T(k + 1)
+        verify = self.costs.curve(self.max_k + 1)[k + 1] if k <= self.max_k else self.costs.T(k + 1)
+        seconds = k * self.costs.t_draft + verify
         return expected_tokens(self.alpha if alpha is None else alpha, k) / seconds
 
+    def speeds(self, alpha: float | None = None) -> np.ndarray:
+        """speed(k) for k = 0..max_k at once."""
+        alpha = self.alpha if alpha is None else alpha
+        ks = np.arange(self.max_k + 1)
+        expected = ks + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (ks + 1)) / (1.0 - alpha)
+        return expected / (ks * self.costs.t_draft + self.costs.curve(self.max_k + 1)[1:])
+
     def _best_k(self, alpha: float | None = None) -> tuple[int, float]:
-        speeds = [self.speed(k, alpha) for k in range(self.max_k + 1)]
+        speeds = self.speeds(alpha)
         k = int(np.argmax(speeds))
         if speeds[k] < MIN_GAIN * speeds[0]:
             k = 0
@@ -203,8 +238,9 @@ class DraftController:
             k = self.fixed_k if self.fixed_k is not None else min(UNMEASURED_K, self.max_k)
             return Choice(k, float("nan"), float("nan"))
         base = 1.0 / self.costs.T(1)
-        if self.fixed_k is not None:
-            return Choice(self.fixed_k, self.speed(self.fixed_k), base)
+        if self.fixed_k is not None:  # scalar T: the whole curve is not needed
+            k = self.fixed_k
+            return Choice(k, expected_tokens(self.alpha, k) / (k * self.costs.t_draft + self.costs.T(k + 1)), base)
         k, speed = self._best_k()
         if k > 0 and not self.drafting_pays():
             return Choice(0, base, base)
@@ -253,5 +289,5 @@ class DraftController:
             return
         self.accepted = DECAY * self.accepted + n_accepted
         self.rejected = DECAY * self.rejected + (1.0 if n_accepted < n_drafted else 0.0)
-        if self.best().k > 0:
+        if self.fixed_k is None and self.best().k > 0:
             self._probe_every = FIRST_PROBE

@@ -79,6 +79,7 @@ class ModelDrafter:
         self._banned = np.array(
             sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64
         )
+        self._last_context, self._last_len = None, 0
 
     def draft(self, context, k, params, rng) -> Draft:
         if k <= 0:
@@ -87,7 +88,7 @@ class ModelDrafter:
         k = min(k, room)
         if k <= 0:
             return Draft()
-        rows = self.model.sync(context, n_logits=1)
+        rows = self.model.sync(context, n_logits=1, known=self._known(context))
         n_evals = 1
         ids: list[int] = []
         qs: list[np.ndarray] = []
@@ -109,6 +110,14 @@ class ModelDrafter:
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals, tuple(conf))
+
+    def _known(self, context) -> int:
+        """The engine only ever appends to its context list, so when it hands over the same
+        list as last time, the draft cache still holds what that list held then (and maybe
+        draft tokens after it, which the comparison from there on sorts out)."""
+        known = self._last_len if context is self._last_context else 0
+        self._last_context, self._last_len = context, len(context)
+        return known
 
     def _keep(self, i: int, top_p: float, rule: MarginalRule | None) -> bool:
         if rule is None:
@@ -170,3 +179,44 @@ def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:
         hit &= ctx[j : m + j] == tail[j]
     starts = np.flatnonzero(hit)
     return int(starts[-1]) if len(starts) else None
+
+
+class OracleDrafter:
+    """Benchmarking only: replays a known continuation of this prompt (the target-only output)
+    with a fraction ``corrupt`` of its tokens replaced by wrong ones.
+
+    It costs nothing to run and its acceptance is set by the caller, so a bench can measure
+    what verification and the engine's own overhead allow on a machine (a GPU, say) apart from
+    how good a draft model is. Which tokens are corrupted depends only on their position, so
+    every draft length sees the same ones. Once the reply leaves the reference (a near-tie
+    broken differently by a batched kernel), the oracle knows nothing more and proposes none.
+    """
+
+    name = "oracle"
+
+    def __init__(self, prompt_len: int, reference: Sequence[int], n_vocab: int,
+                 corrupt: float = 0.0, seed: int = 0) -> None:
+        if not 0.0 <= corrupt <= 1.0:
+            raise ValueError(f"corrupt must be in [0, 1], got {corrupt}")
+        self.prompt_len = prompt_len
+        rng = np.random.default_rng(seed)
+        ref = np.asarray(reference, dtype=np.int64)
+        wrong = rng.random(len(ref)) < corrupt
+        shift = rng.integers(1, max(n_vocab, 2), size=len(ref))  # never the right token
+        self.reference = [int(t) for t in ref]
+        self.proposals = [int(t) for t in np.where(wrong, (ref + shift) % n_vocab, ref)]
+        self.left_reference_at: int | None = None
+        self._checked = 0  # reply tokens already compared with the reference
+
+    def draft(self, context, k, params, rng) -> Draft:
+        pos = len(context) - self.prompt_len  # reply tokens so far
+        if not self._on_reference(context, pos) or k <= 0 or pos >= len(self.proposals):
+            return Draft()
+        return Draft(tuple(self.proposals[pos : pos + k]))
+
+    def _on_reference(self, context, pos: int) -> bool:
+        for i in range(self._checked, min(pos, len(self.reference))):
+            if self.left_reference_at is None and context[self.prompt_len + i] != self.reference[i]:
+                self.left_reference_at = i
+        self._checked = max(self._checked, pos)
+        return self.left_reference_at is None

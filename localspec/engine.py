@@ -109,7 +109,8 @@ class SpeculativeEngine:
         draft = self.drafter.draft(context, k, params, rng) if k else Draft()
         t1 = time.perf_counter()
         drafted = draft.ids[:k]
-        rows = self.target.sync(context + list(drafted), n_logits=len(drafted) + 1)  # verify
+        rows = self.target.sync(context + list(drafted), n_logits=len(drafted) + 1,
+                                known=self._known(context))  # verify
         t2 = time.perf_counter()
         verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
@@ -139,11 +140,19 @@ class SpeculativeEngine:
             finish=finish,
         )
 
+    def _known(self, context: list[int]) -> int:
+        """After the prefill and after every step the target's cache holds all of the context
+        but its last token (rollback keeps exactly the accepted tokens); the check on length
+        and last token guards against a cache someone else has touched since."""
+        cached = self.target.cached
+        if len(cached) == len(context) - 1 and (not cached or cached[-1] == context[-2]):
+            return len(cached)
+        return 0
+
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
         history = _History(context, drafted, params)
         if params.greedy:
-            choices = [greedy_token(rows[i], history(i), params) for i in range(len(rows))]
-            return verify_greedy(drafted, choices)
+            return verify_greedy(drafted, _Choices(rows, history, params))
         p_target = [process(rows[i], history(i), params) for i in range(len(rows))]
         if params.rule == "match":
             return verify_match(drafted, p_target, rng)
@@ -169,6 +178,21 @@ class SpeculativeEngine:
 
     def _final(self, stream: TextStream, finish: Finish, prefill: float) -> Step:
         return Step((), 0, -1, (), stream.flush(), 0, float("nan"), prefill, 0.0, 0.0, 0.0, finish)
+
+
+class _Choices:
+    """The target's greedy token for each verify row, computed when the verify reads it: rows
+    after a rejected draft token are never read. Each is an argmax over the whole vocabulary,
+    the largest Python-side cost of a step on a fast (GPU) target."""
+
+    def __init__(self, rows, history: "_History", params: SamplingParams) -> None:
+        self.rows, self.history, self.params = rows, history, params
+        self.seen: dict[int, int] = {}
+
+    def __getitem__(self, i: int) -> int:
+        if i not in self.seen:
+            self.seen[i] = greedy_token(self.rows[i], self.history(i), self.params)
+        return self.seen[i]
 
 
 class _History:

@@ -1,4 +1,5 @@
-"""What a GGUF file says about itself, without loading it: the only module that imports ``gguf``.
+"""What a GGUF file says about itself, without loading it: the one module that reads GGUF headers
+(``random_gguf`` is the one that writes GGUF files, for benchmarks).
 
 Two things are read: the metadata ``localspec models import/check`` show (architecture,
 parameters, quantization, context length, vocab size, KV-cache bytes per token) and the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ import gguf
 import numpy as np
 
 from .compat import Compatibility, VocabInfo, check_compatible
+from .offload import ModelLayout
 
 T = gguf.GGUFValueType
 _SCALARS = {
@@ -99,7 +102,45 @@ def read_layout(path: Path | str) -> tuple[dict[str, Any], int]:
     return meta, data_end
 
 
-def _read(path: Path) -> tuple[dict[str, Any], int, int]:
+def read_model_layout(path: Path | str) -> ModelLayout:
+    """Bytes per llama.cpp layer, for the GPU offload plan: the ``blk.N.*`` tensors of each
+    block, and the output layer (``output*``; a model with tied embeddings has no
+    ``output.weight`` and llama.cpp puts a copy of ``token_embd.weight`` there instead).
+    Other tensors (token embeddings, rope factors) stay on the CPU or are too small to count.
+    A split model (NAME-00001-of-0000N.gguf) has tensors in every part: all are read."""
+    path = Path(path)
+    sizes: dict[str, int] = {}
+    meta, _, _ = _read(path, sizes)
+    for part in _other_parts(path, meta):
+        _read(part, sizes)
+    arch = _text(meta.get("general.architecture", b""))
+    n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
+    blocks = [0] * n_layer
+    output = 0
+    for name, n in sizes.items():
+        found = _BLOCK.match(name)
+        if found and int(found.group(1)) < n_layer:
+            blocks[int(found.group(1))] += n
+        elif name.startswith("output"):
+            output += n
+    if "output.weight" not in sizes:
+        output += sizes.get("token_embd.weight", 0)
+    ctx = meta.get(f"{arch}.context_length")
+    return ModelLayout(n_layer, tuple(blocks), output, _kv_bytes_per_token(meta, arch),
+                       int(ctx) if ctx else None)
+
+
+_BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+def _other_parts(path: Path, meta: dict) -> list[Path]:
+    if int(meta.get("split.count", 1) or 1) <= 1:
+        return []
+    pattern = re.sub(r"-\d{5}-of-(\d{5})\.gguf$", r"-*-of-\1.gguf", path.name)
+    return [p for p in sorted(path.parent.glob(pattern)) if p != path]
+
+
+def _read(path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, Any], int, int]:
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -109,7 +150,7 @@ def _read(path: Path) -> tuple[dict[str, Any], int, int]:
                 raise GgufTruncated(f"{path}: cannot read it as GGUF: it has only {size} bytes")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                 try:
-                    return _parse(m, path)
+                    return _parse(m, path, sizes)
                 except (ValueError, struct.error, IndexError) as e:
                     raise GgufTruncated(
                         f"{path}: cannot read it as GGUF: it ends inside its header ({e})") from None
@@ -121,7 +162,8 @@ def _read(path: Path) -> tuple[dict[str, Any], int, int]:
         raise GgufError(f"{path}: cannot read it as GGUF ({e})") from None
 
 
-def _parse(buf, path: Path) -> tuple[dict[str, Any], int, int]:
+def _parse(buf, path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, Any], int, int]:
+    """(metadata, parameter count, data end); ``sizes`` gets each tensor's name -> bytes."""
     if buf[:4] != b"GGUF":
         raise GgufError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
     version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
@@ -134,13 +176,15 @@ def _parse(buf, path: Path) -> tuple[dict[str, Any], int, int]:
         meta[key] = reader.value(T(reader.unpack("<I")))
     n_params = end = 0
     for _ in range(n_tensors):
-        reader.string()
+        name = reader.string()
         n_dims = reader.unpack("<I")
         dims = struct.unpack_from(f"<{n_dims}Q", buf, reader.pos)
         reader.pos += 8 * n_dims
         ggml_type, offset = reader.unpack("<I"), reader.unpack("<Q")
         n_params += int(np.prod(dims, dtype=np.int64))
         end = max(end, offset + _tensor_bytes(ggml_type, dims))
+        if sizes is not None:
+            sizes[name.decode("utf-8", "replace")] = _tensor_bytes(ggml_type, dims)
     align = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
     return meta, n_params, -(-reader.pos // align) * align + end
 

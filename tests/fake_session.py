@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from localspec.engine import Step
+from localspec.offload import CPU_BUILD, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 
 ScriptStep = tuple[Sequence[str], int, int]
@@ -32,6 +33,8 @@ class FakeSession:
     spec: PairSpec = field(default_factory=lambda: PairSpec(Path("target.gguf"), Path("draft.gguf")))
     none_script: list[ScriptStep] | None = None  # what mode="none" replies (race); default: same text
     none_step_seconds: float = 0.02
+    # where the layers are, as Session.offload: a CPU-only build unless a test sets a GPU plan
+    offload: OffloadPlan | None = field(default_factory=lambda: cpu_plan(None, None, CPU_BUILD, has_draft=True))
     gate: threading.Event | None = None  # when set: each step after the first waits for it
     calls: list[dict] = field(default_factory=list)
     closed: bool = False

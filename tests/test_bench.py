@@ -60,3 +60,27 @@ class TestBenchCli:
                 assert r["identical"] is True, r
         assert rep["memory"]["files_plus_kv_bytes"] > 0
         assert "| prompt | mode |" in md.read_text()
+
+
+class TestOracleModes:
+    def test_oracle_acceptance_follows_the_fraction_and_texts_match(self, pair, tmp_path):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps(SUITE))
+        out = tmp_path / "r.json"
+        rc = main(["bench", "--target", str(pair[0]), "--oracle", "100/4", "--oracle", "0/4", "--oracle", "90",
+                   "--threads", "1", "--ctx", "512",
+                   "--suite", str(suite), "--json", str(out)])
+        assert rc == 0
+        rows = {(r["prompt_id"], r["mode"]): r for r in json.loads(out.read_text())["rows"]}
+        for pid in ("p1", "p2"):
+            full, none = rows[(pid, "oracle-100/4")], rows[(pid, "oracle-0/4")]
+            assert full["identical"] is True and none["identical"] is True
+            assert full["acceptance_rate"] == 1.0 and full["tokens_per_pass"] > 3
+            assert none["acceptance_rate"] == 0.0 and none["tokens_per_pass"] == 1.0
+            assert full["overhead_ms_per_step"] > 0
+
+    def test_bad_oracle_percentage_is_refused(self, pair, capsys):
+        rc = main(["bench", "--target", str(pair[0]), "--oracle", "120"])
+        assert rc == 2
+        assert "0 to 100" in capsys.readouterr().err
+        assert main(["bench", "--target", str(pair[0]), "--oracle", "50/0"]) == 2

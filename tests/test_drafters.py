@@ -96,3 +96,64 @@ class TestMarginalRule:
         for _ in range(100):  # now the first token is always rejected
             costs.observe_confidence([0.8, 0.8], n_accepted=0)
         assert costs.acceptance(0.8) < 0.5
+
+
+class TestOracleDrafter:
+    """The bench's oracle: a controlled acceptance at zero draft cost."""
+
+    def _run(self, corrupt, k=4, n=40, fixed=True):
+        from localspec.controller import DraftController
+        from localspec.drafters import OracleDrafter
+        from localspec.engine import SpeculativeEngine
+        from fakes import hashed_logits
+
+        fn = hashed_logits(3, 50)
+        prompt = [5, 6, 7]
+        ref = [t for s in SpeculativeEngine(FakeModel(fn, 50)).generate(prompt, GREEDY, n) for t in s.emitted]
+        oracle = OracleDrafter(len(prompt), ref, 50, corrupt=corrupt, seed=1)
+        engine = SpeculativeEngine(FakeModel(fn, 50), oracle, DraftController(CostModel(), 8, fixed_k=k))
+        steps = list(engine.generate(prompt, GREEDY, n))
+        return ref, [t for s in steps for t in s.emitted], steps, oracle
+
+    def test_all_right_accepts_everything(self):
+        ref, got, steps, _ = self._run(0.0)
+        assert got == ref
+        drafted = sum(len(s.drafted) for s in steps)
+        assert drafted > 0 and sum(s.n_accepted for s in steps) == drafted
+        assert max(len(s.emitted) for s in steps) == 5  # k accepted + the bonus token
+
+    def test_all_wrong_accepts_nothing_and_output_is_still_the_targets(self):
+        ref, got, steps, _ = self._run(1.0)
+        assert got == ref
+        assert sum(len(s.drafted) for s in steps) > 0
+        assert sum(s.n_accepted for s in steps) == 0
+
+    def test_partly_wrong_accepts_part(self):
+        ref, got, steps, _ = self._run(0.3)
+        assert got == ref
+        rate = sum(s.n_accepted for s in steps) / sum(len(s.drafted) for s in steps)
+        assert 0.2 < rate < 0.9
+
+    def test_corrupted_positions_do_not_depend_on_k(self):
+        from localspec.drafters import OracleDrafter
+
+        a = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
+        b = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
+        assert a.draft([0, 1], 8, GREEDY, None).ids[:3] == b.draft([0, 1], 3, GREEDY, None).ids
+        n_wrong = sum(p != r for p, r in zip(a.proposals, a.reference))
+        assert 5 <= n_wrong <= 25  # about half of 30
+
+    def test_stops_proposing_once_the_reply_leaves_the_reference(self):
+        from localspec.drafters import OracleDrafter
+
+        o = OracleDrafter(2, [10, 11, 12, 13, 14], 100)
+        assert o.draft([0, 1, 10], 2, GREEDY, None).ids == (11, 12)
+        assert o.draft([0, 1, 10, 11, 99], 2, GREEDY, None).ids == ()
+        assert o.left_reference_at == 2
+        assert o.draft([0, 1, 10, 11, 99, 5], 2, GREEDY, None).ids == ()
+
+    def test_rejects_a_bad_fraction(self):
+        from localspec.drafters import OracleDrafter
+
+        with pytest.raises(ValueError, match="corrupt"):
+            OracleDrafter(0, [1], 10, corrupt=1.5)

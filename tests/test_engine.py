@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from fakes import EOS, FakeModel, ScriptedDrafter, hashed_logits, oracle_greedy
 from localspec.controller import CostModel, DraftController
@@ -244,3 +245,21 @@ class TestCostModel:
     def test_curve_is_monotone(self):
         costs = CostModel({1: 1.0, 2: 0.8, 4: 2.0})
         assert costs.T(2) >= costs.T(1) and costs.T(3) >= costs.T(2)
+
+    @given(st.dictionaries(st.integers(1, 20), st.floats(1e-4, 1.0), min_size=1, max_size=7))
+    def test_vector_curve_is_the_scalar_rule(self, verify):
+        costs = CostModel(dict(verify))
+        curve = costs.curve(24)
+        assert curve[0] == 0.0
+        assert curve[1:] == pytest.approx([costs.T(n) for n in range(1, 25)], rel=1e-12)
+
+    def test_curve_follows_new_timings(self):
+        costs = CostModel({1: 1.0, 2: 1.5})
+        before = costs.curve(4).copy()
+        costs.observe_verify(2, 2.0)
+        assert costs.curve(4)[2] > before[2]
+
+    def test_controller_speeds_match_the_scalar_formula(self):
+        ctl = DraftController(CostModel({1: 1.0, 2: 1.1, 4: 1.4, 8: 2.0}, t_draft=0.1), max_k=10)
+        assert ctl.speeds() == pytest.approx([ctl.speed(k) for k in range(11)])
+        assert ctl.speeds(1.0)[3] == pytest.approx(4 / (0.3 + ctl.costs.T(4)))

@@ -143,6 +143,14 @@ class TestMemory:
         info = check_model_file(self.path, 512, gpu_layers, available_bytes=10**12)
         assert info.host_fraction == fraction
 
+    def test_each_file_its_own_gpu_layers(self, tmp_path):
+        # the offload plan gives the target and the draft their own counts
+        draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1)
+        target_info, draft_info = check_model_files([self.path, draft], 512, [0, -1], available_bytes=10**12)
+        assert (target_info.host_fraction, draft_info.host_fraction) == (1.0, 0.0)
+        with pytest.raises(ValueError):
+            check_model_files([self.path, draft], 512, [0], available_bytes=10**12)
+
     def test_meminfo_parsing(self, tmp_path):
         meminfo = tmp_path / "meminfo"
         meminfo.write_text("MemTotal:  16000000 kB\nMemFree: 100 kB\nMemAvailable:    8000000 kB\n")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fake_session import HELLO, HELLO_TEXT, FakeSession, factory_for
+from localspec.offload import CPU_BUILD, GiB, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 from localspec.settings import Settings, load_settings, save_settings, settings_path
 from localspec.store import ChatStore
@@ -314,6 +315,26 @@ class TestSpeculationView:
             assert list(spark.data) == [2.0, 1.0, 3.0, 2.0]
             summary = str(app.query(ReplyView).last().query_one(".reply-summary").render())
             assert "8 tokens" in summary and "200.0 tok/s" in summary and "4.00×" in summary
+
+    @pytest.mark.parametrize("plan, shown", [
+        # 25 draft layers of 25 and 20 target layers of 29 on the GPU
+        (OffloadPlan(20, 29, 25, 25, "NVIDIA GeForce RTX 4060", 8 * GiB, has_draft=True),
+         "GPU  draft 25/25 · target 20/29"),
+        (cpu_plan(None, None, CPU_BUILD, has_draft=True), "CPU only"),
+    ])
+    @pytest.mark.parametrize("size", [SIZE, (80, 30)])  # the wide and the narrow side panel
+    async def test_stats_panel_shows_the_gpu_split(self, plan, shown, size):
+        session = FakeSession(list(HELLO), offload=plan)
+        app = make_app(session)
+        async with app.run_test(size=size) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            panel = app.query_one(StatsPanel)
+            line = panel.query_one("#stats-offload")
+            assert panel.offload == shown and line.display
+            assert str(line.render()) == shown
+            assert line.region.height == 1  # one line, also in the narrow layout's panel
 
     async def test_panel_keeps_updating_under_a_dialog(self):
         session = FakeSession(list(HELLO), gate=threading.Event())

@@ -1,4 +1,5 @@
-"""The command line: ``localspec`` (the chat app), ``localspec run``, ``models``, ``bench``.
+"""The command line: ``localspec`` (the chat app), ``localspec run``, ``models``, ``bench``,
+``doctor``.
 
 Each subcommand lives in its own module here and exposes ``register(subparsers)``; this is
 one adapter (the CLI) split by command, and the only place besides the TUI that prints.
@@ -9,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, models, run  # noqa: E402
+from . import bench, doctor, models, run  # noqa: E402
 
-COMMANDS = (run, models, bench)
+COMMANDS = (run, models, bench, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

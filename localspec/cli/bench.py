@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
+from ..session import ContextOverflow
 from .run import add_model_options, load_session
 
 
@@ -20,6 +22,10 @@ def register(sub) -> None:
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
     p.add_argument("--compare-rules", action="store_true",
                    help="at temperature > 0 also run token matching ('draft:match') beside speculative sampling")
+    p.add_argument("--oracle", action="append", default=[], metavar="PCT[/K]",
+                   help="also run an oracle drafter that replays the target-only reply with PCT %% "
+                        "of its tokens right, at zero draft cost (to measure a machine, e.g. a GPU); "
+                        "PCT/K drafts K tokens every step")
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.set_defaults(func=cmd_bench)
@@ -53,6 +59,12 @@ def cmd_bench(args) -> int:
     if args.max_tokens:
         suite = {**suite, "max_tokens": args.max_tokens}
     modes = ["none"] + (["draft"] if args.draft else []) + (["lookup"] if args.lookup else [])
+    bad = [o for o in args.oracle if not re.fullmatch(r"(100|[1-9]?[0-9])(/([1-9]|[1-5][0-9]|6[0-3]))?", o)]
+    if bad:
+        print(f"error: --oracle {bad[0]}: give a percentage of right tokens, 0 to 100, and "
+              "optionally /K for a fixed draft length of 1 to 63 (e.g. 100/8)", file=sys.stderr)
+        return 2
+    modes += [f"oracle-{o}" for o in args.oracle]
     if args.compare_rules:
         modes += [f"{m}:match" for m in modes if m != "none"]
     lookup = args.lookup
@@ -61,6 +73,9 @@ def cmd_bench(args) -> int:
     try:
         rep = bench.run_bench(session, suite, modes, args.temp or [0.0], args.repeats,
                               progress=progress_bar)
+    except ContextOverflow as e:
+        print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
+        return 4
     finally:
         session.close()
     rep["lookup"] = lookup

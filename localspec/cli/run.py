@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..offload import OffloadPlan
 from ..sampling import SamplingParams
 from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session
 from ..stats import RunStats
@@ -30,7 +31,11 @@ def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True) -> Non
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--gpu-layers", type=int, default=None,
-                   help="layers to offload (default: all if this llama.cpp build supports a GPU, else 0)")
+                   help="target layers to offload to the GPU, -1 = all (default: auto, all that "
+                        "fit beside the draft; 0 on a CPU-only llama.cpp build)")
+    p.add_argument("--draft-gpu-layers", type=int, default=None,
+                   help="draft layers to offload to the GPU, -1 = all (default: auto, the draft "
+                        "goes first)")
     p.add_argument("--draft-max", type=int, default=16, help="longest draft per step (default 16)")
     p.add_argument("--no-adapt", action="store_true",
                    help="always draft --draft-max tokens instead of choosing k from measured costs")
@@ -72,7 +77,8 @@ def sampling_from(args) -> SamplingParams:
 def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
     spec = PairSpec(args.target, args.draft, lookup=args.lookup)
     options = LoadOptions(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
-                          max_k=args.draft_max, adaptive=not args.no_adapt, p_min=args.p_min)
+                          draft_gpu_layers=args.draft_gpu_layers, max_k=args.draft_max,
+                          adaptive=not args.no_adapt, p_min=args.p_min)
     return spec, options
 
 
@@ -129,24 +135,28 @@ def cmd_run(args) -> int:
         session.close()
     mode = session.mode
     if args.json:
+        plan = session.offload
         out = {"text": "".join(parts), "mode": mode, **stats.as_dict(),
-               "target": str(args.target), "draft": str(args.draft) if args.draft else None}
+               "target": str(args.target), "draft": str(args.draft) if args.draft else None,
+               "offload": plan.as_dict() if plan else None}
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
-        print(stats_line(stats, mode), file=sys.stderr)
+        print(stats_line(stats, mode, session.offload), file=sys.stderr)
     note = FINISH_NOTES.get(stats.finish or "")
     if note:
         print(note, file=sys.stderr)
     return 0
 
 
-def stats_line(s: RunStats, mode: str) -> str:
+def stats_line(s: RunStats, mode: str, offload: OffloadPlan | None = None) -> str:
+    """One line of statistics; with a plan, the GPU split ends it ('| GPU  draft 25/25 · ...')."""
     acc = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "n/a"
+    where = f" | {offload.short}" if offload else ""
     return (
         f"[{mode}] {s.n_tokens} tokens, {s.tokens_per_second:.1f} tok/s | acceptance {acc} "
         f"({s.n_accepted}/{s.n_drafted}) | {s.tokens_per_pass:.2f} tokens/pass | "
         f"draft length {s.mean_draft_length:.1f} (last k={s.last_k}) | "
         f"draft {s.draft_seconds:.2f}s verify {s.verify_seconds:.2f}s other {s.overhead_seconds:.2f}s "
-        f"prefill {s.prefill_seconds:.2f}s"
+        f"prefill {s.prefill_seconds:.2f}s{where}"
     )

@@ -346,7 +346,8 @@ class LocalspecApp(App):
 
     def _load_options(self) -> LoadOptions:
         s = self.settings
-        return LoadOptions(n_ctx=s.n_ctx, threads=s.threads, gpu_layers=s.gpu_layers, max_k=s.draft.max_k,
+        return LoadOptions(n_ctx=s.n_ctx, threads=s.threads, gpu_layers=s.gpu_layers,
+                           draft_gpu_layers=s.draft_gpu_layers, max_k=s.draft.max_k,
                            adaptive=s.draft.adaptive, p_min=s.draft.p_min, overflow=s.overflow)
 
     @work(thread=True, exclusive=True, group="load")
@@ -619,7 +620,8 @@ class LocalspecApp(App):
         values = stats_values(self.reply_stats, self.totals, s.baseline_tokens_per_second if s else None,
                               s.baseline_note if s else "no pair loaded", self.measured_baseline_tps,
                               (self.chat.mode if self.chat and self.chat.mode else None) or (s.mode if s else "–"))
-        panel.show(values, self.reply_stats.tokens_per_pass_history)
+        offload = getattr(s, "offload", None) if s else None
+        panel.show(values, self.reply_stats.tokens_per_pass_history, offload.short if offload else "")
         inspector = self.chat_screen.query_one("#inspector", StepInspector)
         if inspector.display:
             inspector.show(list(self.inspected))

@@ -213,8 +213,9 @@ class ChatSettingsScreen(ModalScreen[dict | None]):
 
 # --- app settings --------------------------------------------------------------------------
 
-APP_SETTING_KEYS = ("models_dir", "gpu_layers", "threads", "n_ctx", "max_tokens", "overflow",
-                    "draft.max_k", "draft.adaptive", "draft.p_min", "export_dir", "show_draft_tokens")
+APP_SETTING_KEYS = ("models_dir", "gpu_layers", "draft_gpu_layers", "threads", "n_ctx", "max_tokens",
+                    "overflow", "draft.max_k", "draft.adaptive", "draft.p_min", "export_dir",
+                    "show_draft_tokens")
 
 
 class SettingsScreen(ModalScreen[Any]):

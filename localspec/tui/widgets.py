@@ -278,17 +278,28 @@ class StatsPanel(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.values: dict[str, str] = {}
+        self.offload = ""
         self.refresh_count = 0
 
     def compose(self):
         yield Static("Statistics", classes="panel-title")
+        offload = Static("", id="stats-offload")
+        offload.display = False  # shown once a pair is loaded
+        yield offload
         yield Static("", id="stats-table")
         yield Static("tokens per target pass", classes="spark-label")
         yield Sparkline([], id="stats-spark", summary_function=max)
 
-    def show(self, values: dict[str, str], history: Sequence[float]) -> None:
+    def show(self, values: dict[str, str], history: Sequence[float], offload: str = "") -> None:
+        """``offload``: where the layers are, one line ('GPU  draft 25/25 · target 20/29',
+        'CPU only'); empty hides the line."""
         self.values = values
         self.refresh_count += 1
+        if offload != self.offload:
+            self.offload = offload
+            line = self.query_one("#stats-offload", Static)
+            line.display = bool(offload)
+            line.update(Text(offload, style="bold" if offload.startswith("GPU") else "dim"))
         table = Table.grid(padding=(0, 1))
         table.add_column(style="dim", no_wrap=True)
         table.add_column(style="bold", overflow="fold")

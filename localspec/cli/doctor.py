@@ -1,0 +1,172 @@
+"""``localspec doctor``: is this install ready to run a pair, and fast? Prints the llama.cpp
+build (GPU offload, the devices with their memory as llama.cpp reports them), Python and
+package versions, the models dir, and for each catalog pair whether it fits on the GPU, in
+RAM and on disk; then a verdict. The judgement is ``localspec.doctor`` (pure); this module
+gathers the facts and prints.
+
+Exit codes: 0 all is well (a CPU-only machine without a GPU included), 1 something to fix:
+each problem comes with what to do, e.g. the exact command that rebuilds llama-cpp-python
+with CUDA or Metal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+
+from .. import catalog as cat
+from .. import downloads, preflight
+from ..doctor import Diagnosis, Facts, PairFacts, diagnose
+from ..offload import gib
+from ..settings import load_settings
+from .models import _table
+
+PACKAGES = ("localspec", "llama-cpp-python", "textual", "huggingface-hub", "pydantic", "gguf", "numpy")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check the llama.cpp build, GPU, memory, disk and models")
+    p.add_argument("--json", action="store_true", help="print the facts and the verdict as one JSON object")
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args) -> int:
+    settings, warning = load_settings()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    catalog, warnings = cat.load_catalog(settings)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    facts = gather_facts(settings, catalog)
+    diagnosis = diagnose(facts)
+    if args.json:
+        print(json.dumps(as_json(facts, diagnosis), default=str, ensure_ascii=False))
+    else:
+        print(render(facts, diagnosis))
+    return 0 if diagnosis.ok else 1
+
+
+# --- the facts ------------------------------------------------------------------------------
+def gather_facts(settings, catalog) -> Facts:
+    from .. import llama_backend as backend  # loads llama.cpp: only here, not at import
+
+    build = backend.build_info()
+    devices, note = backend.device_report()
+    models_dir = settings.resolved_models_dir()
+    return Facts(
+        gpu_offload=build.get("gpu_offload"), devices=tuple(devices), gpu_hint=gpu_hint(),
+        models_dir=models_dir, models_dir_writable=writable(models_dir),
+        disk_free_bytes=disk_free(models_dir), ram_available_bytes=preflight.memory_available(),
+        n_ctx=settings.n_ctx, pairs=pair_facts(catalog, settings), build=build, devices_note=note,
+        python=f"{platform.python_version()} ({sys.executable})", versions=versions(),
+    )
+
+
+def gpu_hint() -> str | None:
+    """A GPU that a GPU build of llama.cpp could use, seen without llama.cpp."""
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return "metal"
+    if shutil.which("nvidia-smi") or Path("/proc/driver/nvidia").exists():
+        return "cuda"
+    return None
+
+
+def _existing(path: Path) -> Path:
+    """The folder itself, or its nearest ancestor that exists (it is created on first use)."""
+    path = path.expanduser().absolute()
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def writable(folder: Path) -> bool:
+    found = _existing(folder)
+    return found.is_dir() and os.access(found, os.W_OK | os.X_OK)
+
+
+def disk_free(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(_existing(folder)).free
+    except OSError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def pair_facts(catalog, settings) -> tuple[PairFacts, ...]:
+    """Each pair with its default draft; sizes from the catalog, files looked up (no hashing)."""
+    out = []
+    for pair in catalog.pairs:
+        refs = (pair.target, pair.drafts[0])
+        missing = sum(r.size_bytes for r in refs if downloads.locate(r, settings) is None)
+        out.append(PairFacts(pair.id, pair.memory_bytes, missing, pair.id == catalog.default_pair_id))
+    return tuple(out)
+
+
+# --- the report -----------------------------------------------------------------------------
+def as_json(facts: Facts, d: Diagnosis) -> dict:
+    return {"ok": d.ok, "verdict": d.verdict, "problems": [asdict(p) for p in d.problems],
+            "pairs": [asdict(v) for v in d.pairs], "facts": asdict(facts)}
+
+
+def render(facts: Facts, d: Diagnosis) -> str:
+    lines = [*_build_lines(facts), *_python_lines(facts), *_model_lines(facts, d)]
+    if d.problems:
+        lines.append("\nproblems:")
+        for p in d.problems:
+            lines += [f"  - {p.what}", f"    fix: {p.advice}"]
+    lines.append(f"\nverdict: {d.verdict}")
+    return "\n".join(lines)
+
+
+def _build_lines(facts: Facts) -> list[str]:
+    b = facts.build
+    offload = {True: "yes", False: "no (CPU-only build)", None: "unknown"}[facts.gpu_offload]
+    lines = ["llama.cpp",
+             f"  llama-cpp-python {b.get('llama_cpp_python') or '?'}, GPU offload: {offload}, "
+             f"max devices {b.get('max_devices') or '?'}",
+             f"  system info: {b.get('system_info') or '?'}",
+             "  devices (as llama.cpp reports them):"]
+    for dev in facts.devices:
+        lines.append(f"    {dev.name:<8} {dev.type:<5} {dev.description}: "
+                     f"{gib(dev.free_bytes)} free of {gib(dev.total_bytes)}")
+    if not facts.devices:
+        lines.append(f"    none ({facts.devices_note or 'ggml reports no device'})")
+    lines += [f"  note: {k}: {v}" for k, v in (b.get("errors") or {}).items()]
+    return lines
+
+
+def _python_lines(facts: Facts) -> list[str]:
+    found = ", ".join(f"{k} {v or 'MISSING'}" for k, v in facts.versions.items())
+    return [f"\nPython {facts.python}", f"  {found}"]
+
+
+def _model_lines(facts: Facts, d: Diagnosis) -> list[str]:
+    state = "writable" if facts.models_dir_writable else "NOT writable"
+    yes = {True: "yes", False: "no", None: "-"}
+    rows = [("", "PAIR", "MEMORY", "GPU", "RAM", "DISK")]
+    for p, v in zip(facts.pairs, d.pairs):
+        room = {True: "room", False: "NO ROOM", None: "?"}[v.disk]
+        disk = "on disk" if v.on_disk else f"{room} for {gib(p.missing_bytes)} more"
+        rows.append(("*" if p.default else "", p.id, gib(p.memory_bytes), yes[v.gpu], yes[v.ram], disk))
+    return [
+        f"\nmodels dir {facts.models_dir} ({state}; {gib(facts.disk_free_bytes)} free on its disk)",
+        f"RAM available {gib(facts.ram_available_bytes)}; memory = target + default draft + KV cache "
+        f"at {facts.n_ctx} tokens; GPU = every layer fits on it ('-': no GPU offload)",
+        *("  " + line for line in _table(rows).splitlines()),
+        "  * default pair",
+    ]

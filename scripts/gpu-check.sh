@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The prepared GPU check: speculative decoding on an NVIDIA GPU, measured side by side.
+#
+#   scripts/gpu-check.sh prepare        here, where the package index is reachable: put a trimmed
+#                                       llama-cpp-python source archive and the Python wheels the
+#                                       GPU machine lacks into gpu-bundle/ (git-ignored, ~25 MB)
+#   scripts/gpu-check.sh run            there (16 cores, one GPU, no network; under 10 minutes):
+#                                       build llama.cpp with CUDA from the bundle, write random-weight
+#                                       models of real shapes, run `localspec bench` on them and
+#                                       print the cost curve, per-step overhead and speed-ups
+#   scripts/gpu-check.sh run --cpu      a rehearsal of `run` on any machine: the installed llama_cpp,
+#                                       tiny shapes, a few tokens (what CI's tests cannot cover)
+#
+# Random weights accept almost nothing from a random draft, so the bench adds an oracle drafter
+# that replays the target-only reply with a set share of its tokens corrupted: a controlled
+# acceptance at zero draft cost. The 0.5B-shaped draft model gives the real cost of drafting.
+# Results go to $OUT (the device tool's output folder) or gpu-check-out/: one JSON per target,
+# the log, and summary.md. docs/benchmarks.md says how the figures there were made.
+#
+# Environment knobs: GPU_CHECK_TARGETS (default "7b:q4_k_m 1.5b:f16 1.5b:q4_k_m 7b:f16", run in
+# that order so the most important figures land first), GPU_CHECK_FA=1 to compile llama.cpp's
+# flash-attention kernels too (about 5 more minutes of build), GPU_CHECK_TOKENS (default 128).
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BUNDLE=${GPU_BUNDLE:-$REPO/gpu-bundle}
+LLAMA_VERSION=0.3.36
+PYV=${GPU_CHECK_PYTHON_VERSION:-3.12}  # the GPU machine's python3
+WHEELS="pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.5
+        gguf==0.19.0 diskcache==5.6.3 platformdirs==4.14.8"
+# Parts of the llama.cpp tree the Python package's build never reads (models/ holds 75 MB of
+# vocabularies for llama.cpp's own tests); CUDA and CPU backends stay.
+TRIM="models docs media benches tests examples gguf-py scripts conversion pocs .devops .github
+      tools/server tools/llama-bench tools/perplexity tools/quantize tools/imatrix tools/tts
+      tools/cvector-generator tools/export-lora tools/run tools/batched-bench tools/gguf-split
+      tools/rpc tools/tokenize tools/main tools/cli tools/completion tools/ui tools/results
+      tools/tuning tools/fit-params app skills ggml/src/ggml-et ggml/src/ggml-virtgpu
+      ggml/src/ggml-zendnn
+      ggml/src/ggml-vulkan ggml/src/ggml-sycl ggml/src/ggml-cann ggml/src/ggml-musa
+      ggml/src/ggml-opencl ggml/src/ggml-webgpu ggml/src/ggml-zdnn ggml/src/ggml-hexagon
+      ggml/src/ggml-kompute ggml/src/ggml-openvino"
+
+say() { printf '\n== %s [%s]\n' "$*" "$(date +%T)"; }
+
+prepare() {
+  local py=${PYTHON:-python3} tmp
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  mkdir -p "$BUNDLE/wheels"
+  say "llama-cpp-python $LLAMA_VERSION source, trimmed"
+  "$py" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" -d "$tmp"
+  tar -xzf "$tmp"/llama_cpp_python-$LLAMA_VERSION.tar.gz -C "$tmp"
+  local src=$tmp/llama_cpp_python-$LLAMA_VERSION
+  for d in $TRIM; do rm -rf "${src:?}/vendor/llama.cpp/$d"; done
+  rm -rf "$src/.git" "$src/examples" "$src/docker" "$src/vendor/llama.cpp/tools/mtmd"/test-*
+  tar -czf "$BUNDLE/llama_cpp_python-$LLAMA_VERSION-trimmed.tar.gz" -C "$tmp" "llama_cpp_python-$LLAMA_VERSION"
+  say "wheels for Python $PYV on manylinux x86-64"
+  # shellcheck disable=SC2086
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYV" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d "$BUNDLE/wheels" $WHEELS
+  du -sh "$BUNDLE"
+  echo "next: copy the repo with gpu-bundle/ to the GPU machine and run scripts/gpu-check.sh run"
+}
+
+install_python_deps() {
+  SITE=${GPU_CHECK_SITE:-/tmp/localspec-gpu-site}
+  mkdir -p "$SITE"
+  python3 -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
+    --upgrade --target "$SITE" "$BUNDLE"/wheels/*.whl
+  export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}
+}
+
+build_llama_cuda() {
+  if python3 -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_gpu_offload())' 2>/dev/null; then
+    echo "llama_cpp with GPU offload is installed already: no build"
+    return
+  fi
+  local arch fa=OFF
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
+  [ "${GPU_CHECK_FA:-0}" = 1 ] && fa=ON
+  # CPU flags as ./dev sets them where a VM reports AMX it does not allow; the GPU does the work.
+  export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${arch}-real -DGGML_CUDA_FA=$fa \
+    -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+    -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF"
+  export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+  echo "CMAKE_ARGS=$CMAKE_ARGS"
+  python3 -m pip install --no-index --no-build-isolation --no-deps --no-cache-dir \
+    --disable-pip-version-check --target "$SITE" \
+    "$BUNDLE/llama_cpp_python-$LLAMA_VERSION-trimmed.tar.gz" 2>&1 | tail -5
+  python3 -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_gpu_offload())' \
+    || { echo "the build has no GPU offload: see the log above" >&2; exit 1; }
+}
+
+bench_target() {  # $1 target gguf, $2 draft gguf, $3 json out; extra args follow
+  local target=$1 draft=$2 out=$3
+  shift 3
+  python3 -m localspec bench --target "$target" --draft "$draft" \
+    --oracle 100/8 --oracle 100 --oracle 80 --oracle 50/4 \
+    --suite default --quick --max-tokens "${GPU_CHECK_TOKENS:-128}" --repeats 2 \
+    --json "$out" "$@"
+}
+
+run() {
+  local cpu=0 out models t0=$SECONDS
+  [ "${1:-}" = --cpu ] && cpu=1
+  out=${OUT:-$REPO/gpu-check-out}
+  models=${GPU_CHECK_MODELS:-/tmp/localspec-gpu-models}
+  mkdir -p "$out" "$models"
+  exec > >(tee -a "$out/gpu-check.log") 2>&1
+  say "machine"
+  uname -a; nproc; free -g | head -2 || true
+  if [ $cpu = 1 ]; then
+    export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+    [ -x "$REPO/.venv/bin/python" ] && python3() { "$REPO/.venv/bin/python" "$@"; }
+    local targets=${GPU_CHECK_TARGETS:-"tiny:q4_k_m tiny:f16"} draft_shape=tiny threads=$(nproc)
+  else
+    nvidia-smi --query-gpu=name,memory.total,memory.free,driver_version,compute_cap --format=csv
+    say "Python packages from the bundle"
+    install_python_deps
+    say "build llama-cpp-python $LLAMA_VERSION with CUDA ($(nproc) cores)"
+    build_llama_cuda
+    local targets=${GPU_CHECK_TARGETS:-"7b:q4_k_m 1.5b:f16 1.5b:q4_k_m 7b:f16"} draft_shape=0.5b threads=$(nproc)
+  fi
+  echo "build done after $((SECONDS - t0)) s"
+  python3 -m localspec doctor || true
+  say "random-weight models of real shapes"
+  local specs="$draft_shape:q4_k_m" spec
+  for spec in $targets; do specs="$specs,$spec"; done
+  python3 -m localspec.random_gguf "$models" --models "$specs" --threads "$threads"
+  echo "models done after $((SECONDS - t0)) s"
+  local draft=$models/random-$draft_shape-q4_k_m.gguf extra=()
+  [ $cpu = 1 ] && extra=(--max-tokens 16 --repeats 1 --ctx 2048)
+  for spec in $targets; do
+    local name=${spec/:/-}
+    say "bench: target $name, draft $draft_shape-q4_k_m"
+    bench_target "$models/random-$name.gguf" "$draft" "$out/bench-$name.json" "${extra[@]}" \
+      | tee "$out/bench-$name.md" || echo "bench of $name failed"
+    echo "after $((SECONDS - t0)) s"
+  done
+  say "summary"
+  python3 "$REPO/scripts/gpu_check_report.py" "$out"/bench-*.json | tee "$out/summary.md"
+  echo "total $((SECONDS - t0)) s"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) shift; run "$@" ;;
+  *) sed -n '2,23p' "$0"; exit 2 ;;
+esac

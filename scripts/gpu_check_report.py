@@ -1,0 +1,94 @@
+"""Summarise the bench JSONs of scripts/gpu-check.sh: per target the cost curve T(k), the draft
+pass, the per-step overhead outside llama.cpp (ms and share of step time) and the measured
+speed-ups, then the issue's two GPU targets checked against the measurements.
+
+    python scripts/gpu_check_report.py OUT/bench-*.json
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+OVERHEAD_TARGET_MS = 0.5
+ORACLE_TARGET = ("7b-q4_k_m", "oracle-100/8", 3.0)  # target file, mode, least speed-up
+
+
+def main(paths: list[str]) -> int:
+    reports = [(Path(p), json.loads(Path(p).read_text())) for p in paths if Path(p).is_file()]
+    if not reports:
+        print("no bench results to summarise")
+        return 1
+    for path, rep in reports:
+        print("\n".join(target_section(rep)), end="\n\n")
+    print("\n".join(verdicts(reports)))
+    return 0
+
+
+def target_section(rep: dict) -> list[str]:
+    curve = rep["cost_curve"]
+    t1 = curve["verify_seconds"]["1"]
+    ratio = curve["verify_ratio"]
+    draft = curve.get("draft_seconds_per_token")
+    lines = [f"## {Path(rep['target']).name} (draft {Path(rep['draft'] or '-').name})", ""]
+    if rep.get("offload"):
+        lines.append(f"Offload: {rep['offload']}")
+    lines.append(f"T(1) = {t1 * 1000:.2f} ms; T(k)/T(1): "
+                 + ", ".join(f"{k}: {ratio[k]:.2f}" for k in ("2", "4", "8", "9", "12", "16") if k in ratio))
+    if draft:
+        lines.append(f"Draft pass: {draft * 1000:.2f} ms = {draft / t1:.2f} x T(1)")
+    lines += ["", "| mode | median speed-up | min | acceptance | tokens/pass | overhead ms/pass | "
+              "overhead share | identical |", "|---|---|---|---|---|---|---|---|"]
+    for mode, rows in by_mode(rep).items():
+        lines.append(mode_line(mode, rows))
+    return lines
+
+
+def by_mode(rep: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rep["rows"]:
+        out.setdefault(r["mode"], []).append(r)
+    return out
+
+
+def mode_line(mode: str, rows: list[dict]) -> str:
+    med = lambda key: _median([r[key] for r in rows if r.get(key) is not None])  # noqa: E731
+    ups = [r["speedup"] for r in rows if r.get("speedup")]
+    ident = [r["identical"] for r in rows if r.get("identical") is not None]
+    return (f"| {mode} | {_f(med('speedup'))} | {_f(min(ups) if ups else None)} | "
+            f"{_f(med('acceptance_rate'))} | {_f(med('tokens_per_pass'))} | "
+            f"{_f(med('overhead_ms_per_step'), 3)} | {_f(med('overhead_fraction'), 3)} | "
+            f"{f'{sum(ident)}/{len(ident)}' if ident else '—'} |")
+
+
+def verdicts(reports: list[tuple[Path, dict]]) -> list[str]:
+    lines = ["## Targets", ""]
+    worst = max((r["overhead_ms_per_step"] for _, rep in reports for r in rep["rows"]
+                 if r.get("overhead_ms_per_step") is not None), default=None)
+    if worst is not None:
+        ok = "met" if worst <= OVERHEAD_TARGET_MS else "MISSED"
+        lines.append(f"- Per-step overhead outside llama.cpp <= {OVERHEAD_TARGET_MS} ms: {ok} "
+                     f"(worst median over modes and prompts: {worst:.3f} ms)")
+    name, mode, least = ORACLE_TARGET
+    for _, rep in reports:
+        if name in Path(rep["target"]).name:
+            ups = [r["speedup"] for r in rep["rows"] if r["mode"] == mode and r.get("speedup")]
+            if ups:
+                got = _median(ups)
+                ok = "met" if got >= least else "MISSED"
+                lines.append(f"- {mode} on {name}: >= {least}x target-only: {ok} (median {got:.2f}x)")
+    return lines
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def _f(x, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,92 @@
+"""Per-step engine overhead with a target that costs nothing: what Python adds to every step
+when the target is fast (a GPU), measured on any machine.
+
+The target is a fake of the real vocabulary size (151,936) that answers instantly with fresh
+logits rows; the oracle drafter replays its greedy continuation. The reported overhead is the
+engine's own bookkeeping time per target pass (everything but draft and verify), as the bench
+and the statistics panel count it.
+
+    .venv/bin/python scripts/overhead.py [--context 2000] [--tokens 900] [--vocab 151936]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+
+from localspec.controller import CostModel, DraftController
+from localspec.drafters import OracleDrafter
+from localspec.engine import SpeculativeEngine
+from localspec.protocol import CachedModel
+from localspec.sampling import SamplingParams
+from localspec.stats import RunStats
+
+
+class InstantTarget(CachedModel):
+    """Greedy continuation = ``sequence``; every logits row is a fresh array, as llama.cpp's
+    buffer is rewritten by each evaluation."""
+
+    def __init__(self, sequence: list[int], n_vocab: int) -> None:
+        super().__init__()
+        self.n_vocab, self.n_ctx, self.sequence = n_vocab, 1 << 16, sequence
+        self._noise = np.random.default_rng(0).standard_normal((64, n_vocab)).astype(np.float32)
+
+    def _decode(self, tokens, start, n_logits):
+        end = start + len(tokens)
+        rows = []
+        for j in range(n_logits):
+            row = self._noise[j].copy()
+            row[self.sequence[end - n_logits + j + 1]] = 100.0
+            rows.append(row)
+        return rows
+
+    def _remove(self, start):
+        pass
+
+    def tokenize(self, text, **kw):
+        return [1] * len(text)
+
+    def token_bytes(self, token):
+        return b"x"
+
+    def is_eog(self, token):
+        return False
+
+
+def run(target, prompt, reference, k: int | None, n_tokens: int, repeats: int) -> list[float]:
+    """Overhead in ms per target pass, one figure per repeat."""
+    out = []
+    for _ in range(repeats):
+        costs = CostModel({n: 0.004 + 0.0002 * n for n in (1, 2, 4, 8, 16)})  # a GPU-like curve
+        drafter = OracleDrafter(len(prompt), reference, target.n_vocab) if k != 0 else None
+        engine = SpeculativeEngine(target, drafter, DraftController(costs, 16, fixed_k=k))
+        stats = RunStats()
+        for step in engine.generate(prompt, SamplingParams(), n_tokens):
+            stats.add(step)
+        target.truncate(0)
+        out.append(1000 * stats.overhead_seconds / stats.n_steps)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--context", type=int, default=2000, help="prompt tokens before the reply")
+    ap.add_argument("--tokens", type=int, default=900)
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    rng = np.random.default_rng(1)
+    sequence = [int(t) for t in rng.integers(3, args.vocab, args.context + args.tokens + 64)]
+    target = InstantTarget(sequence, args.vocab)
+    prompt = sequence[: args.context]
+    reference = sequence[args.context : args.context + args.tokens]
+    print(f"vocab {args.vocab}, context {args.context}, {args.tokens} tokens, median of {args.repeats}")
+    for label, k in (("target only", 0), ("oracle k=4", 4), ("oracle k=8", 8), ("oracle, adaptive k", None)):
+        ms = statistics.median(run(target, prompt, reference, k, args.tokens, args.repeats))
+        print(f"  {label:<20} {ms:.3f} ms per target pass")
+
+
+if __name__ == "__main__":
+    main()
