@@ -15,7 +15,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from .controller import CostModel, MarginalRule
+from .controller import CostModel, LookupGate, MarginalRule
 from .protocol import CachedModel
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 
@@ -151,12 +151,16 @@ class PromptLookupDrafter:
     name = "lookup"
 
     # Tuning choice: a 1-gram match proposes mostly noise; 2-4 grams matched well on the
-    # edit/refactor prompts of the bench suite.
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+    # edit/refactor prompts of the bench suite. With measured ``costs`` a LookupGate decides
+    # how much of each match to propose from what matches of its length have earned.
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.gate = LookupGate(costs) if costs is not None else None
+        self._last_n: int | None = None  # match length of the last proposal
 
     def draft(self, context, k, params, rng) -> Draft:
+        self._last_n = None
         if k <= 0 or len(context) < self.min_ngram + 1:
             return Draft()
         ctx = np.asarray(context, dtype=np.int64)
@@ -164,8 +168,15 @@ class PromptLookupDrafter:
             start = find_latest_ngram(ctx, n)
             if start is not None:
                 follow = ctx[start + n : start + n + k]
-                return Draft(tuple(int(t) for t in follow))
+                j = self.gate.length(n, len(follow)) if self.gate else len(follow)
+                self._last_n = n if j else None
+                return Draft(tuple(int(t) for t in follow[:j]))
         return Draft()
+
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        """The verify's verdict on the last proposal (the engine calls this every step)."""
+        if self.gate and self._last_n is not None:
+            self.gate.observe(self._last_n, n_drafted, n_accepted)
 
 
 def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:

@@ -166,6 +166,9 @@ class SpeculativeEngine:
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         self.controller.observe(len(drafted), verdict.n_accepted)
+        observe = getattr(self.drafter, "observe", None)  # drafters that learn from verdicts
+        if observe is not None:
+            observe(len(drafted), verdict.n_accepted)
 
     def _cut(self, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
         """End-of-generation inside an accepted run ends the reply there; so does the budget."""

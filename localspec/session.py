@@ -160,7 +160,7 @@ class Session:
             rule_costs = costs if self.options.adaptive else None
             return ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
         if mode == "lookup":
-            return PromptLookupDrafter()
+            return PromptLookupDrafter(costs=costs if self.options.adaptive else None)
         return NoDrafter()
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:

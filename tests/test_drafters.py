@@ -157,3 +157,64 @@ class TestOracleDrafter:
 
         with pytest.raises(ValueError, match="corrupt"):
             OracleDrafter(0, [1], 10, corrupt=1.5)
+
+
+class TestLookupGate:
+    """Prompt lookup proposes as much of a match as matches of its length have earned."""
+
+    def _gate(self, curve=None):
+        from localspec.controller import LookupGate
+
+        return LookupGate(CostModel(curve or {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8, 16: 3.0}))
+
+    def test_a_length_that_keeps_failing_is_blocked_and_a_good_one_is_not(self):
+        gate = self._gate()
+        for _ in range(30):
+            gate.observe(2, 3, 0)
+            gate.observe(4, 3, 3)
+        assert gate.alpha(2) < 0.1 < 0.9 < gate.alpha(4)
+        assert gate.length(4, 8) >= 4
+        assert [gate.length(2, 8) for _ in range(5)] == [0] * 5
+
+    def test_a_blocked_length_is_tried_again_now_and_then_with_backoff(self):
+        gate = self._gate()
+        for _ in range(30):
+            gate.observe(2, 3, 0)
+        tries = [i for i in range(200) if gate.length(2, 8) == 1]
+        assert len(tries) >= 2
+        assert tries[1] - tries[0] > tries[0]  # the gap grows
+
+    def test_unknown_lengths_start_from_the_prior_and_no_costs_means_no_gate(self):
+        from localspec.controller import LookupGate
+
+        assert self._gate().length(3, 5) > 0
+        assert LookupGate(CostModel()).length(3, 5) == 5
+
+    def test_on_a_compute_bound_target_only_sure_matches_pass(self):
+        gate = self._gate({1: 1.0, 2: 1.7, 4: 2.5, 8: 7.3})
+        for _ in range(30):
+            gate.observe(3, 2, 1)  # about half accepted
+        proposed = [gate.length(3, 4) for _ in range(10)]
+        assert max(proposed) <= 1 and sum(proposed) <= 1  # blocked but for at most one try
+        assert self._gate().length(3, 4) > 0  # the same acceptance pays where a row is cheap
+
+    def test_drafter_reports_the_verdict_to_the_length_it_used(self):
+        d = PromptLookupDrafter(max_ngram=3, min_ngram=2, costs=CostModel({1: 1.0, 2: 1.1, 4: 1.3}))
+        ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]  # only a 2-gram match ("2 3")
+        assert d.draft(ctx, 3, GREEDY, None).ids == (7, 8, 2)
+        d.observe(3, 0)
+        assert d.gate.counts[2][1] > 1.0 and 3 not in d.gate.counts
+
+    def test_greedy_output_is_the_targets_with_the_gate(self):
+        from localspec.controller import DraftController
+        from localspec.engine import SpeculativeEngine
+        from fakes import FakeModel, hashed_logits
+
+        fn = hashed_logits(5, 12, order=2)  # a small vocabulary repeats n-grams often
+        ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
+        costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5})
+        drafter = PromptLookupDrafter(min_ngram=2, costs=costs)
+        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, DraftController(costs, 8))
+        steps = list(engine.generate([3, 4, 5], GREEDY, 60))
+        assert [t for s in steps for t in s.emitted] == ref
+        assert sum(len(s.drafted) for s in steps) > 0 and drafter.gate.counts
