@@ -2,7 +2,8 @@
 
 One method, ``draft(context, k, params, rng) -> Draft``. ``context`` is every token so far,
 the last one not yet seen by the target. A drafter may return fewer than ``k`` tokens (none at
-all is fine: the step is then a plain target step). ``Draft.q_draft`` holds the processed
+all is fine: the step is then a plain target step), and more only when they cost nothing to
+propose (a copy from the context); the engine cuts a draft at the token budget and the context. ``Draft.q_draft`` holds the processed
 distribution each token was *sampled* from; ``None`` means the tokens were chosen
 deterministically (prompt lookup, greedy drafting), which the verification rule treats as
 one-hot q (transformers' PromptLookupCandidateGenerator does the same).
@@ -61,6 +62,7 @@ class ModelDrafter:
     """
 
     name = "draft"
+    MAX_COPY = 16  # longest copied run, whatever k the controller chose for the model
 
     def __init__(
         self,
@@ -80,10 +82,27 @@ class ModelDrafter:
             sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64
         )
         self._last_context, self._last_len = None, 0
+        self.lookup: PromptLookupDrafter | None = None  # see with_lookup
+        self._from_lookup = False
+        self._shadow: tuple[int, ...] = ()
+
+    def with_lookup(self, lookup: "PromptLookupDrafter") -> "ModelDrafter":
+        """Take a prompt-lookup match first when its gate trusts it: on edits and quotes the
+        continuation is in the context already, and copying it costs no draft pass."""
+        self.lookup = lookup
+        return self
 
     def draft(self, context, k, params, rng) -> Draft:
+        self._from_lookup = False
         if k <= 0:
             return Draft()
+        self._shadow = ()
+        if self.lookup is not None:  # a copy costs no draft pass: its length is the gate's
+            copied = self.lookup.draft(context, max(k, self.MAX_COPY), params, rng)
+            if self.lookup.trusted(len(copied.ids)):
+                self._from_lookup = True
+                return copied
+            self._shadow = copied.ids  # scored against the verdict without being verified
         room = self.model.n_ctx - len(context)
         k = min(k, room)
         if k <= 0:
@@ -110,6 +129,17 @@ class ModelDrafter:
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals, tuple(conf))
+
+    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
+        """Copied runs learn from their verdict. A copy that was not used is scored against
+        the tokens the step kept, as far as they go: so a match length that lost trust can
+        win it back without costing a verify row."""
+        if self._from_lookup:
+            self.lookup.observe(n_drafted, n_accepted)
+        elif self._shadow:
+            tested = min(len(self._shadow), len(kept))
+            agree = next((i for i in range(tested) if self._shadow[i] != kept[i]), tested)
+            self.lookup.observe(tested, agree)
 
     def _known(self, context) -> int:
         """The engine only ever appends to its context list, so when it hands over the same
@@ -153,10 +183,11 @@ class PromptLookupDrafter:
     # Tuning choice: a 1-gram match proposes mostly noise; 2-4 grams matched well on the
     # edit/refactor prompts of the bench suite. With measured ``costs`` a LookupGate decides
     # how much of each match to propose from what matches of its length have earned.
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None,
+                 gate: LookupGate | None = None) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.gate = LookupGate(costs) if costs is not None else None
+        self.gate = gate or (LookupGate(costs) if costs is not None else None)
         self._last_n: int | None = None  # match length of the last proposal
 
     def draft(self, context, k, params, rng) -> Draft:
@@ -173,7 +204,16 @@ class PromptLookupDrafter:
                 return Draft(tuple(int(t) for t in follow[:j]))
         return Draft()
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
+    # Tuning choice: beside a draft model, a copied run must be at least this long and its
+    # match length this trusted; shorter or shakier copies are left to the model.
+    MIN_COPY, MIN_COPY_ALPHA = 2, 0.75
+
+    def trusted(self, n_proposed: int) -> bool:
+        """Whether the last proposal should replace a draft model's (see ModelDrafter)."""
+        return (self.gate is not None and self._last_n is not None and n_proposed >= self.MIN_COPY
+                and self.gate.alpha(self._last_n) >= self.MIN_COPY_ALPHA)
+
+    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """The verify's verdict on the last proposal (the engine calls this every step)."""
         if self.gate and self._last_n is not None:
             self.gate.observe(self._last_n, n_drafted, n_accepted)

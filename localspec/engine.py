@@ -104,11 +104,12 @@ class SpeculativeEngine:
         t_start = time.perf_counter()
         choice = self.controller.choose()
         # drafting past the token budget or the context is wasted work
-        k = max(0, min(choice.k, budget - 1, room - 1))
+        limit = max(0, min(budget - 1, room - 1))
+        k = min(choice.k, limit)
         t0 = time.perf_counter()
         draft = self.drafter.draft(context, k, params, rng) if k else Draft()
         t1 = time.perf_counter()
-        drafted = draft.ids[:k]
+        drafted = draft.ids[:limit]  # a free copy may run past k (see drafters.Drafter)
         rows = self.target.sync(context + list(drafted), n_logits=len(drafted) + 1,
                                 known=self._known(context))  # verify
         t2 = time.perf_counter()
@@ -168,7 +169,7 @@ class SpeculativeEngine:
         self.controller.observe(len(drafted), verdict.n_accepted)
         observe = getattr(self.drafter, "observe", None)  # drafters that learn from verdicts
         if observe is not None:
-            observe(len(drafted), verdict.n_accepted)
+            observe(len(drafted), verdict.n_accepted, (*drafted[: verdict.n_accepted], verdict.token))
 
     def _cut(self, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
         """End-of-generation inside an accepted run ends the reply there; so does the budget."""

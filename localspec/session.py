@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
 from .compat import Compatibility, check_compatible
-from .controller import CostModel, DraftController
+from .controller import CostModel, DraftController, LookupGate
 from .drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from .engine import SpeculativeEngine, Step, calibrate
 from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
@@ -86,6 +86,7 @@ class Session:
         self.lock = threading.Lock()  # one generation at a time per pair of caches
         self.costs = calibrate(target, CALIBRATION_SIZES, draft=draft)
         self._controllers: dict[Mode, DraftController] = {}
+        self._gates: dict[str, LookupGate] = {}
 
     @classmethod
     def load(cls, spec: PairSpec, options: LoadOptions = LoadOptions(),
@@ -158,10 +159,18 @@ class Session:
             banned = self.compat.banned_draft_ids if self.compat else ()
             # with --no-adapt the draft length is the user's: p_min alone stops a draft
             rule_costs = costs if self.options.adaptive else None
-            return ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
+            drafter = ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
+            # adaptive: copy from the context when a match has earned it, else the model
+            return drafter.with_lookup(self._lookup(mode, costs)) if self.options.adaptive else drafter
         if mode == "lookup":
-            return PromptLookupDrafter(costs=costs if self.options.adaptive else None)
+            return self._lookup(mode, costs) if self.options.adaptive else PromptLookupDrafter()
         return NoDrafter()
+
+    def _lookup(self, mode: str, costs: CostModel) -> PromptLookupDrafter:
+        """Prompt lookup with this mode's gate, which keeps what it learnt across turns."""
+        if mode not in self._gates:
+            self._gates[mode] = LookupGate(costs)
+        return PromptLookupDrafter(gate=self._gates[mode])
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         if raw:

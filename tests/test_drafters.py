@@ -218,3 +218,59 @@ class TestLookupGate:
         steps = list(engine.generate([3, 4, 5], GREEDY, 60))
         assert [t for s in steps for t in s.emitted] == ref
         assert sum(len(s.drafted) for s in steps) > 0 and drafter.gate.counts
+
+
+class TestModelDrafterWithLookup:
+    """Beside a draft model, a trusted copy from the context replaces the model's draft."""
+
+    @staticmethod
+    def counting_model():
+        calls = []
+
+        def fn(h):
+            calls.append(len(h))
+            z = np.zeros(20, dtype=np.float32)
+            z[9] = 10.0  # the model always says 9
+            return z
+
+        return FakeModel(fn, 20), calls
+
+    def _drafter(self, model):
+        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+        return ModelDrafter(model, 20, p_min=0.0, costs=costs).with_lookup(PromptLookupDrafter(costs=costs))
+
+    def test_a_trusted_match_is_copied_past_k_without_a_draft_pass(self):
+        model, calls = self.counting_model()
+        d = self._drafter(model)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]  # "1 2 3" came before, then 4 5 6 ...
+        got = d.draft(ctx, 2, GREEDY, None)
+        assert got.ids[:4] == (4, 5, 6, 7) and len(got.ids) > 2
+        assert calls == [] and got.n_evals == 0
+
+    def test_an_untrusted_match_leaves_it_to_the_model_and_is_scored_in_the_shadow(self):
+        model, calls = self.counting_model()
+        d = self._drafter(model)
+        for _ in range(20):  # 3-token matches keep failing
+            d.lookup.gate.observe(3, 4, 0)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        got = d.draft(ctx, 2, GREEDY, None)
+        assert got.ids == (9, 9) and calls  # the model drafted
+        accepted, rejected = d.lookup.gate.counts[3]
+        d.observe(2, 0, (4,))  # the target's token agreed with the copy's first token
+        assert d.lookup.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
+        d.draft(ctx, 2, GREEDY, None)
+        d.observe(2, 0, (8,))  # and now it did not
+        assert d.lookup.gate.counts[3][1] > 0.95 * rejected
+
+    def test_greedy_output_is_the_targets(self):
+        from localspec.controller import DraftController
+        from localspec.engine import SpeculativeEngine
+        from fakes import hashed_logits
+
+        fn = hashed_logits(5, 12, order=2)
+        ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
+        costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}, t_draft=0.1)
+        drafter = ModelDrafter(FakeModel(hashed_logits(6, 12, order=2), 12), 12, costs=costs)
+        drafter.with_lookup(PromptLookupDrafter(costs=costs))
+        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, DraftController(costs, 8))
+        assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref
