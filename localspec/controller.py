@@ -209,14 +209,15 @@ class LookupGate:
     because text changes and the estimate can only move when something is proposed.
     """
 
-    def __init__(self, costs: CostModel) -> None:
+    def __init__(self, costs: CostModel, prior: tuple[float, float] = (PRIOR_ACCEPTED, PRIOR_REJECTED)) -> None:
         self.costs = costs
+        self.prior = prior  # [accepted, rejected] of a match length not seen yet
         self.counts: dict[int, list[float]] = {}  # match length -> [accepted, rejected]
         self._blocked: dict[int, int] = {}  # match length -> blocked proposals since the last try
         self._probe_every: dict[int, int] = {}
 
     def alpha(self, n: int) -> float:
-        accepted, rejected = self.counts.get(n, (PRIOR_ACCEPTED, PRIOR_REJECTED))
+        accepted, rejected = self.counts.get(n, self.prior)
         return accepted / (accepted + rejected)
 
     def length(self, n: int, available: int) -> int:
@@ -241,7 +242,7 @@ class LookupGate:
     def observe(self, n: int, n_drafted: int, n_accepted: int) -> None:
         if n_drafted == 0:
             return
-        accepted, rejected = self.counts.get(n, (PRIOR_ACCEPTED, PRIOR_REJECTED))
+        accepted, rejected = self.counts.get(n, self.prior)
         self.counts[n] = [DECAY * accepted + n_accepted,
                           DECAY * rejected + (1.0 if n_accepted < n_drafted else 0.0)]
         if n_accepted == n_drafted:

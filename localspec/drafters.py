@@ -27,6 +27,7 @@ class Draft:
     q_draft: tuple[np.ndarray, ...] | None = None
     n_evals: int = 0  # forward passes the drafter ran (0 for lookup): feeds the cost model
     confidence: tuple[float, ...] = ()  # the draft's probability for each token it proposed
+    copied: bool = False  # a copy from the context in place of a draft model's tokens
 
 
 class Drafter(Protocol):
@@ -101,7 +102,7 @@ class ModelDrafter:
             copied = self.lookup.draft(context, max(k, self.MAX_COPY), params, rng)
             if self.lookup.trusted(len(copied.ids)):
                 self._from_lookup = True
-                return copied
+                return Draft(copied.ids, copied=True)
             self._shadow = copied.ids  # scored against the verdict without being verified
         room = self.model.n_ctx - len(context)
         k = min(k, room)
@@ -129,6 +130,10 @@ class ModelDrafter:
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals, tuple(conf))
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Read the prompt (all but its last token, which the first draft reads) up front."""
+        self.model.sync(context[:-1])
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """Copied runs learn from their verdict. A copy that was not used is scored against

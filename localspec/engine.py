@@ -71,6 +71,7 @@ class SpeculativeEngine:
             fixed = 0 if isinstance(self.drafter, NoDrafter) else None
             controller = DraftController(CostModel(), fixed_k=fixed)
         self.controller = controller
+        self._draft_warm = False  # the draft model has read this reply's prompt
 
     def generate(
         self,
@@ -86,6 +87,10 @@ class SpeculativeEngine:
         stream = TextStream(stop)
         t0 = time.perf_counter()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
+        self._draft_warm = False
+        if self.controller.best().k > 0 and hasattr(self.drafter, "prefill"):
+            self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
+            self._draft_warm = True
         prefill = time.perf_counter() - t0
         n_out = 0
         while True:
@@ -117,7 +122,11 @@ class SpeculativeEngine:
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(choice, draft, drafted, verdict, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
-        if drafted or draft.n_evals:
+        # the draft model's first pass of a reply may have read the whole prompt: not a
+        # drafting step's speed, so the guard does not see it
+        catch_up = draft.n_evals > 0 and not self._draft_warm
+        self._draft_warm = self._draft_warm or draft.n_evals > 0
+        if (drafted or draft.n_evals) and not draft.copied and not catch_up:
             self.controller.observe_rate(len(kept), time.perf_counter() - t_start)
         emitted, finish = self._cut(kept, budget)
         context.extend(kept)
@@ -166,7 +175,8 @@ class SpeculativeEngine:
         costs.observe_draft(draft.n_evals, t_draft)
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
-        self.controller.observe(len(drafted), verdict.n_accepted)
+        if not draft.copied:  # copies are the drafter's own business (controller.LookupGate)
+            self.controller.observe(len(drafted), verdict.n_accepted)
         observe = getattr(self.drafter, "observe", None)  # drafters that learn from verdicts
         if observe is not None:
             observe(len(drafted), verdict.n_accepted, (*drafted[: verdict.n_accepted], verdict.token))

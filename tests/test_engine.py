@@ -263,3 +263,27 @@ class TestCostModel:
         ctl = DraftController(CostModel({1: 1.0, 2: 1.1, 4: 1.4, 8: 2.0}, t_draft=0.1), max_k=10)
         assert ctl.speeds() == pytest.approx([ctl.speed(k) for k in range(11)])
         assert ctl.speeds(1.0)[3] == pytest.approx(4 / (0.3 + ctl.costs.T(4)))
+
+
+class TestDraftPrefill:
+    def test_draft_model_reads_the_prompt_in_the_prefill_and_the_guard_skips_its_catch_up(self):
+        fn = hashed_logits(1, V)
+        draft = FakeModel(hashed_logits(2, V), V)
+        costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)
+        controller = DraftController(costs, 4)
+        engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0), controller)
+        steps = engine.generate(PROMPT, GREEDY, 20)
+        first = next(steps)
+        assert draft.decode_calls[0] == (len(PROMPT) - 1, 1)  # the prompt, before any step
+        assert first.prefill_seconds > 0
+        rest = list(steps)
+        got = [t for s in [first, *rest] for t in s.emitted]
+        assert got == target_only(fn, max_tokens=20)[0]
+
+    def test_no_draft_prefill_when_drafting_does_not_pay(self):
+        draft = FakeModel(hashed_logits(2, V), V)
+        costs = CostModel({1: 1.0, 2: 2.0, 4: 4.0}, t_draft=0.9)  # compute-bound: k = 0
+        engine = SpeculativeEngine(FakeModel(hashed_logits(1, V), V), ModelDrafter(draft, V),
+                                   DraftController(costs, 4))
+        next(engine.generate(PROMPT, GREEDY, 5))
+        assert draft.decode_calls == []
