@@ -63,7 +63,6 @@ class ModelDrafter:
     """
 
     name = "draft"
-    MAX_COPY = 16  # longest copied run, whatever k the controller chose for the model
 
     def __init__(
         self,
@@ -87,10 +86,12 @@ class ModelDrafter:
         self._from_lookup = False
         self._shadow: tuple[int, ...] = ()
 
-    def with_lookup(self, lookup: "PromptLookupDrafter") -> "ModelDrafter":
+    def with_lookup(self, lookup: "PromptLookupDrafter", max_copy: int = 16) -> "ModelDrafter":
         """Take a prompt-lookup match first when its gate trusts it: on edits and quotes the
-        continuation is in the context already, and copying it costs no draft pass."""
+        continuation is in the context already, and copying it costs no draft pass. A copy
+        may run past the controller's k (it costs no pass) up to ``max_copy`` tokens."""
         self.lookup = lookup
+        self.max_copy = max_copy
         return self
 
     def draft(self, context, k, params, rng) -> Draft:
@@ -99,7 +100,7 @@ class ModelDrafter:
             return Draft()
         self._shadow = ()
         if self.lookup is not None:  # a copy costs no draft pass: its length is the gate's
-            copied = self.lookup.draft(context, max(k, self.MAX_COPY), params, rng)
+            copied = self.lookup.draft(context, max(k, self.max_copy), params, rng)
             if self.lookup.trusted(len(copied.ids)):
                 self._from_lookup = True
                 return Draft(copied.ids, copied=True)
@@ -132,8 +133,10 @@ class ModelDrafter:
         return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals, tuple(conf))
 
     def prefill(self, context: Sequence[int]) -> None:
-        """Read the prompt (all but its last token, which the first draft reads) up front."""
-        self.model.sync(context[:-1])
+        """Read the prompt (all but its last token, which the first draft reads) up front;
+        a prompt the draft's context cannot hold is left alone (then it drafts nothing)."""
+        if len(context) < self.model.n_ctx:
+            self.model.sync(context[:-1])
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """Copied runs learn from their verdict. A copy that was not used is scored against
@@ -145,6 +148,7 @@ class ModelDrafter:
             tested = min(len(self._shadow), len(kept))
             agree = next((i for i in range(tested) if self._shadow[i] != kept[i]), tested)
             self.lookup.observe(tested, agree)
+        self._from_lookup, self._shadow = False, ()  # a step that drafts nothing has no verdict
 
     def _known(self, context) -> int:
         """The engine only ever appends to its context list, so when it hands over the same
@@ -222,6 +226,7 @@ class PromptLookupDrafter:
         """The verify's verdict on the last proposal (the engine calls this every step)."""
         if self.gate and self._last_n is not None:
             self.gate.observe(self._last_n, n_drafted, n_accepted)
+        self._last_n = None
 
 
 def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:

@@ -167,7 +167,9 @@ class Session:
             rule_costs = costs if self.options.adaptive else None
             drafter = ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
             # adaptive: copy from the context when a match has earned it, else the model
-            return drafter.with_lookup(self._lookup(mode, costs, COPY_PRIOR)) if self.options.adaptive else drafter
+            if not self.options.adaptive:
+                return drafter
+            return drafter.with_lookup(self._lookup(mode, costs, COPY_PRIOR), self.options.max_k)
         if mode == "lookup":
             return self._lookup(mode, costs) if self.options.adaptive else PromptLookupDrafter()
         return NoDrafter()

@@ -274,3 +274,22 @@ class TestModelDrafterWithLookup:
         drafter.with_lookup(PromptLookupDrafter(costs=costs))
         engine = SpeculativeEngine(FakeModel(fn, 12), drafter, DraftController(costs, 8))
         assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref
+
+    def test_a_step_that_drafts_nothing_teaches_the_gate_nothing(self):
+        model, _ = self.counting_model()
+        d = self._drafter(model)
+        for _ in range(20):
+            d.lookup.gate.observe(3, 4, 0)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        d.draft(ctx, 2, GREEDY, None)
+        d.observe(2, 0, (4,))
+        counts = list(d.lookup.gate.counts[3])
+        d.observe(0, 0, (8,))  # the next step drafted nothing (k = 0): draft() was not called
+        assert d.lookup.gate.counts[3] == counts
+
+    def test_copies_stop_at_max_copy(self):
+        model, _ = self.counting_model()
+        costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, t_draft=0.2)  # rows are free
+        d = ModelDrafter(model, 20, costs=costs).with_lookup(PromptLookupDrafter(costs=costs), max_copy=3)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        assert d.draft(ctx, 1, GREEDY, None).ids == (4, 5, 6)

@@ -287,3 +287,13 @@ class TestDraftPrefill:
                                    DraftController(costs, 4))
         next(engine.generate(PROMPT, GREEDY, 5))
         assert draft.decode_calls == []
+
+    def test_a_prompt_longer_than_the_drafts_context_is_not_prefilled_there(self):
+        fn = hashed_logits(1, V)
+        draft = FakeModel(hashed_logits(2, V), V, n_ctx=4)  # holds less than the prompt
+        costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)
+        engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0),
+                                   DraftController(costs, 4))
+        got, _ = run(engine, max_tokens=10)
+        assert got == target_only(fn, max_tokens=10)[0]
+        assert draft.cached == []
