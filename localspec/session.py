@@ -53,6 +53,7 @@ class LoadOptions:
     max_k: int = 16
     adaptive: bool = True
     p_min: float = 0.75
+    copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
     overflow: Literal["drop_oldest", "refuse"] = "drop_oldest"
 
 
@@ -167,7 +168,7 @@ class Session:
             rule_costs = costs if self.options.adaptive else None
             drafter = ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
             # adaptive: copy from the context when a match has earned it, else the model
-            if not self.options.adaptive:
+            if not (self.options.adaptive and self.options.copy):
                 return drafter
             return drafter.with_lookup(self._lookup(mode, costs, COPY_PRIOR), self.options.max_k)
         if mode == "lookup":

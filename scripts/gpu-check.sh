@@ -92,12 +92,14 @@ build_llama_cuda() {
     || { echo "the build has no GPU offload: see the log above" >&2; exit 1; }
 }
 
+# --no-copy: greedy text from random weights repeats one token for stretches, so copies from
+# the context would be accepted and hide what the draft model costs.
 bench_target() {  # $1 target gguf, $2 draft gguf, $3 json out; extra args follow
   local target=$1 draft=$2 out=$3
   shift 3
   python3 -m localspec bench --target "$target" --draft "$draft" \
     --oracle 100/8 --oracle 100 --oracle 80 --oracle 50/4 \
-    --suite default --quick --max-tokens "${GPU_CHECK_TOKENS:-128}" --repeats 2 \
+    --no-copy --suite default --quick --max-tokens "${GPU_CHECK_TOKENS:-128}" --repeats 2 \
     --json "$out" "$@"
 }
 

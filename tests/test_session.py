@@ -103,3 +103,23 @@ class TestModes:
             assert s.engine("lookup").controller.costs.verify is s.engine("draft").controller.costs.verify
         finally:
             s.close()
+
+    def test_draft_mode_copies_unless_told_not_to_and_keeps_its_gate_across_turns(self, pair):
+        from localspec.cli import build_parser
+        from localspec.cli.run import spec_and_options
+
+        s = load(pair)
+        try:
+            first, second = s.engine("draft").drafter, s.engine("draft").drafter
+            assert first.lookup is not None and first.lookup.gate is second.lookup.gate
+            assert first.lookup.gate.alpha(3) == 0.5  # copies start distrusted
+            assert s.engine("draft").drafter.max_copy == s.options.max_k
+        finally:
+            s.close()
+        args = build_parser().parse_args(["run", "x", "--target", "t.gguf", "--draft", "d.gguf", "--no-copy"])
+        assert spec_and_options(args)[1].copy is False
+        s = load(pair, copy=False)
+        try:
+            assert s.engine("draft").drafter.lookup is None
+        finally:
+            s.close()

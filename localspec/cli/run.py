@@ -39,6 +39,8 @@ def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True) -> Non
     p.add_argument("--draft-max", type=int, default=16, help="longest draft per step (default 16)")
     p.add_argument("--no-adapt", action="store_true",
                    help="always draft --draft-max tokens instead of choosing k from measured costs")
+    p.add_argument("--no-copy", action="store_true",
+                   help="draft mode: always run the draft model, never copy a prompt-lookup match")
     p.add_argument("--p-min", type=float, default=0.75,
                    help="stop drafting when the draft's top probability is below this (default 0.75)")
 
@@ -78,7 +80,8 @@ def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
     spec = PairSpec(args.target, args.draft, lookup=args.lookup)
     options = LoadOptions(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
                           draft_gpu_layers=args.draft_gpu_layers, max_k=args.draft_max,
-                          adaptive=not args.no_adapt, p_min=args.p_min)
+                          adaptive=not args.no_adapt, p_min=args.p_min,
+                          copy=not args.no_copy)
     return spec, options
 
 
