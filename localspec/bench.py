@@ -105,28 +105,26 @@ def parse_oracle(mode: str) -> tuple[float, int | None] | None:
     return int(pct) / 100, (int(k) if k else None)
 
 
-def oracle_factory(session, mode: str, reference: Sequence[int] | None, seed: int):
-    parsed = parse_oracle(mode)
-    if parsed is None:
-        return None
+def oracle_factory(session, accuracy: float, reference: Sequence[int] | None, seed: int):
     if reference is None:
         raise ValueError("an oracle mode needs the target-only run of the same prompt first")
     n_vocab = session.target.n_vocab
-    return lambda prompt_len: OracleDrafter(prompt_len, reference, n_vocab, 1.0 - parsed[0], seed)
+    return lambda prompt_len: OracleDrafter(prompt_len, reference, n_vocab, 1.0 - accuracy, seed)
 
 
 def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int,
              reference: Sequence[int] | None = None) -> Run:
     session.reset()  # every run starts cold: no prefix reuse across modes
     base_mode, rule = split_mode(mode)
-    make_drafter = oracle_factory(session, mode, reference, params.seed or 0)
+    oracle = parse_oracle(mode)
+    make_drafter = oracle and oracle_factory(session, oracle[0], reference, params.seed or 0)
+    fixed_k = oracle[1] if oracle else None
     params = params.model_copy(update={"rule": rule})
     stats = RunStats()
     tokens: list[int] = []
     text: list[str] = []
     n_rejections = 0
     msgs = [{"role": "user", "content": prompt["prompt"]}]
-    fixed_k = (parse_oracle(mode) or (None, None))[1]
     for step in session.chat(msgs, params, max_tokens, mode=base_mode, make_drafter=make_drafter,
                              fixed_k=fixed_k):
         stats.add(step)

@@ -36,7 +36,15 @@ GUARD_TOLERANCE = 0.97
 UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best near 4 here
 
 
-def expected_tokens(alpha: float, k: int) -> float:
+def decayed_counts(accepted: float, rejected: float, n_drafted: int, n_accepted: int) -> tuple[float, float]:
+    """Geometric-model MLE with fading memory: a verify gives n_accepted successes and, if it
+    stopped short of the draft, one failure."""
+    return (DECAY * accepted + n_accepted,
+            DECAY * rejected + (1.0 if n_accepted < n_drafted else 0.0))
+
+
+def expected_tokens(alpha: float, k):
+    """E(k) for an int k or a numpy array of them."""
     if alpha >= 1.0:
         return k + 1.0
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
@@ -77,7 +85,9 @@ class CostModel:
         return self._curve
 
     def _vector_T(self, ns: np.ndarray) -> np.ndarray:
-        """T(n) for many n in one go (the same rule as ``T``)."""
+        """T(n) for many n in one go: the same rule as ``T``, kept apart because one scalar
+        T costs a third of a whole curve, and the fixed-k and target-only steps need one or
+        two values per step (tests/test_engine.py checks that the two agree)."""
         if not self.verify:
             return np.full(len(ns), np.nan)
         xs = np.array(sorted(self.verify), dtype=float)
@@ -224,9 +234,7 @@ class LookupGate:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
         if available <= 0 or not self.costs.verify:
             return available
-        alpha = self.alpha(n)
-        js = np.arange(available + 1)
-        expected = js + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (js + 1)) / (1.0 - alpha)
+        expected = expected_tokens(self.alpha(n), np.arange(available + 1))
         j = int(np.argmax(expected / self.costs.curve(available + 1)[1:]))
         return j if j > 0 else self._probe(n)
 
@@ -242,9 +250,7 @@ class LookupGate:
     def observe(self, n: int, n_drafted: int, n_accepted: int) -> None:
         if n_drafted == 0:
             return
-        accepted, rejected = self.counts.get(n, self.prior)
-        self.counts[n] = [DECAY * accepted + n_accepted,
-                          DECAY * rejected + (1.0 if n_accepted < n_drafted else 0.0)]
+        self.counts[n] = list(decayed_counts(*self.counts.get(n, self.prior), n_drafted, n_accepted))
         if n_accepted == n_drafted:
             self._probe_every.pop(n, None)  # it paid: try it again soon if it gets blocked
 
@@ -274,9 +280,8 @@ class DraftController:
 
     def speeds(self, alpha: float | None = None) -> np.ndarray:
         """speed(k) for k = 0..max_k at once."""
-        alpha = self.alpha if alpha is None else alpha
         ks = np.arange(self.max_k + 1)
-        expected = ks + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (ks + 1)) / (1.0 - alpha)
+        expected = expected_tokens(self.alpha if alpha is None else alpha, ks)
         return expected / (ks * self.costs.t_draft + self.costs.curve(self.max_k + 1)[1:])
 
     def _best_k(self, alpha: float | None = None) -> tuple[int, float]:
@@ -336,11 +341,9 @@ class DraftController:
             self._probe_every = FIRST_PROBE
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
-        """Geometric-model MLE: each step gives n_accepted successes and, if it stopped short
-        of its draft, one failure."""
+        """Count the verdict (``decayed_counts``); drafting that pays again resets the probes."""
         if n_drafted == 0:
             return
-        self.accepted = DECAY * self.accepted + n_accepted
-        self.rejected = DECAY * self.rejected + (1.0 if n_accepted < n_drafted else 0.0)
+        self.accepted, self.rejected = decayed_counts(self.accepted, self.rejected, n_drafted, n_accepted)
         if self.fixed_k is None and self.best().k > 0:
             self._probe_every = FIRST_PROBE

@@ -111,8 +111,9 @@ def read_model_layout(path: Path | str) -> ModelLayout:
     path = Path(path)
     sizes: dict[str, int] = {}
     meta, _, _ = _read(path, sizes)
-    for part in _other_parts(path, meta):
-        _read(part, sizes)
+    for part in split_parts(path, meta):
+        if part != path:
+            _read(part, sizes)
     arch = _text(meta.get("general.architecture", b""))
     n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
     blocks = [0] * n_layer
@@ -133,11 +134,12 @@ def read_model_layout(path: Path | str) -> ModelLayout:
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
 
-def _other_parts(path: Path, meta: dict) -> list[Path]:
+def split_parts(path: Path, meta: dict) -> list[Path]:
+    """Every file of a split model (NAME-00001-of-0000N.gguf), or just ``path``."""
     if int(meta.get("split.count", 1) or 1) <= 1:
-        return []
+        return [path]
     pattern = re.sub(r"-\d{5}-of-(\d{5})\.gguf$", r"-*-of-\1.gguf", path.name)
-    return [p for p in sorted(path.parent.glob(pattern)) if p != path]
+    return sorted(path.parent.glob(pattern)) or [path]
 
 
 def _read(path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, Any], int, int]:

@@ -197,8 +197,7 @@ def _split_total(path: Path, meta: dict, size: int) -> int:
     """A split model (NAME-00001-of-00003.gguf) loads every part: their sizes add up."""
     if int(meta.get("split.count", 1) or 1) <= 1:
         return size
-    parts = re.sub(r"-\d{5}-of-(\d{5})\.gguf$", r"-*-of-\1.gguf", path.name)
-    return sum(p.stat().st_size for p in path.parent.glob(parts)) or size
+    return sum(p.stat().st_size for p in ggufinfo.split_parts(path, meta)) or size
 
 
 def _text(v) -> str:

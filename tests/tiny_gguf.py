@@ -12,16 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
+from localspec.random_gguf import CHATML  # the one ChatML template the fixtures write
+
 PIECES = [
     "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁def", "▁return", "▁print",
     "▁for", "▁if", "▁else", "▁x", "▁y", "(", ")", ":", "▁=", "▁+", "▁1", "▁2", "▁0",
     "▁hello", "▁world", "▁code", "▁fast", "▁slow", "▁model", "▁token", "▁draft", "▁target",
     "▁안녕", "▁세계", "▁😀", "ing", "ed", "er", "s", ".", ",", "▁",
 ]
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def vocab(extra_pieces: int = 0, rename: dict[int, str] | None = None):
