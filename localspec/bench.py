@@ -6,6 +6,7 @@ runs measured in this process, never against a stored number. Returns data; the 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -14,9 +15,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .controller import CostModel, expected_tokens
-from .drafters import OracleDrafter
-from .engine import calibrate
+from .controller import CostModel, DraftController, expected_tokens
+from .costs import calibrate
+from .drafters import ModelDrafter, OracleDrafter
+from .engine import SpeculativeEngine
 from .sampling import SamplingParams
 from .stats import RunStats
 
@@ -84,9 +86,11 @@ def quick(suite: dict) -> dict:
     return {**suite, "prompts": prompts, "max_tokens": QUICK_MAX_TOKENS}
 
 
-def measure_costs(session) -> CostModel:
-    """T(k) for k = 1..16 and one draft pass, best of 3, caches restored."""
-    return calibrate(session.target, COST_SIZES, draft=session.draft, repeats=3)
+def measure_costs(session, prefix: int = 200, repeats: int = 5) -> CostModel:
+    """T(k) for k = 1..16 and one draft pass, measured directly: after ``prefix`` cached
+    tokens, medians of ``repeats`` interleaved rounds; caches restored."""
+    return CostModel(*calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix,
+                               warmup=1))
 
 
 def split_mode(mode: str) -> tuple[str, str]:
@@ -112,21 +116,65 @@ def oracle_factory(session, accuracy: float, reference: Sequence[int] | None, se
     return lambda prompt_len: OracleDrafter(prompt_len, reference, n_vocab, 1.0 - accuracy, seed)
 
 
+# --sweep: fixed draft configurations (k, p_min) beside auto mode, as in
+# `localspec run --no-adapt --draft-max K --p-min P`
+SWEEP_KS = (2, 3, 4, 6, 8)
+SWEEP_P_MINS = (0.0, 0.75)
+
+
+def fixed_mode(k: int, p_min: float) -> str:
+    return f"fixed-k{k}-p{p_min:g}"
+
+
+def sweep_modes() -> list[str]:
+    return [fixed_mode(k, p) for k in SWEEP_KS for p in SWEEP_P_MINS]
+
+
+def parse_fixed(mode: str) -> tuple[int, float] | None:
+    """'fixed-k4-p0.75' -> (4, 0.75); None for every other mode."""
+    m = re.fullmatch(r"fixed-k(\d+)-p([0-9.]+)", split_mode(mode)[0])
+    return (int(m.group(1)), float(m.group(2))) if m else None
+
+
+def fixed_engine(session, k: int, p_min: float) -> SpeculativeEngine:
+    """The draft model at a fixed k, stopped only by p_min (no marginal rule, no copies), on a
+    private copy of the session's costs: what a fixed configuration measures must not teach
+    auto mode, which has to learn this machine by itself."""
+    banned = session.compat.banned_draft_ids if session.compat else ()
+    drafter = ModelDrafter(session.draft, session.target.n_vocab, p_min, banned, None)
+    costs = CostModel(session.costs.verify.copy(), session.costs.draft.copy())
+    return SpeculativeEngine(session.target, drafter, DraftController(costs, k, fixed_k=k))
+
+
+def _steps(session, msgs, mode: str, params: SamplingParams, max_tokens: int, reference, engines: dict):
+    base_mode, _ = split_mode(mode)
+    fixed = parse_fixed(mode)
+    if fixed is None:
+        oracle = parse_oracle(mode)
+        make_drafter = oracle and oracle_factory(session, oracle[0], reference, params.seed or 0)
+        fixed_k = oracle[1] if oracle else None
+        return session.chat(msgs, params, max_tokens, mode=base_mode, make_drafter=make_drafter, fixed_k=fixed_k)
+    if mode not in engines:
+        engines[mode] = fixed_engine(session, *fixed)
+    return _locked(session, engines[mode], msgs, params, max_tokens)
+
+
+def _locked(session, engine: SpeculativeEngine, msgs, params, max_tokens):
+    ids, _ = session.fit(msgs, max_tokens)
+    with session.lock:
+        yield from engine.generate(ids, params, max_tokens)
+
+
 def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int,
-             reference: Sequence[int] | None = None) -> Run:
+             reference: Sequence[int] | None = None, engines: dict | None = None) -> Run:
     session.reset()  # every run starts cold: no prefix reuse across modes
-    base_mode, rule = split_mode(mode)
-    oracle = parse_oracle(mode)
-    make_drafter = oracle and oracle_factory(session, oracle[0], reference, params.seed or 0)
-    fixed_k = oracle[1] if oracle else None
-    params = params.model_copy(update={"rule": rule})
+    params = params.model_copy(update={"rule": split_mode(mode)[1]})
     stats = RunStats()
     tokens: list[int] = []
     text: list[str] = []
     n_rejections = 0
     msgs = [{"role": "user", "content": prompt["prompt"]}]
-    for step in session.chat(msgs, params, max_tokens, mode=base_mode, make_drafter=make_drafter,
-                             fixed_k=fixed_k):
+    for step in _steps(session, msgs, mode, params, max_tokens, reference, {} if engines is None else engines):
         stats.add(step)
         tokens.extend(step.emitted)
         text.append(step.text)
@@ -141,7 +189,7 @@ def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, max_k: i
     mode = split_mode(mode)[0]
     if alpha is None or mode == "none":
         return None
-    t_draft = costs.t_draft if mode == "draft" else 0.0
+    t_draft = costs.t_draft if mode == "draft" or parse_fixed(mode) else 0.0
     base = 1.0 / costs.T(1)
     best = max(expected_tokens(alpha, k) / (k * t_draft + costs.T(k + 1)) for k in range(max_k + 1))
     return best / base
@@ -164,16 +212,18 @@ def first_divergence(session, prompt: dict, ref: Sequence[int], got: Sequence[in
 def run_bench(session, suite: dict, modes: Sequence[str], temperatures: Sequence[float],
               repeats: int = 1, seed: int = 1234,
               progress: Callable[[int, int, str], None] | None = None) -> dict:
-    costs = measure_costs(session)
+    """Every prompt in every mode, interleaved; the direct cost curve is measured at the end
+    (a filled cache, after the runs have warmed everything) and set beside the engine's."""
     max_tokens = suite.get("max_tokens", 200)
     prompts = suite["prompts"]
-    total = len(prompts) * len(modes) * len(temperatures) * repeats + 1
+    total = len(prompts) * len(modes) * len(temperatures) * repeats + 2
     done = 0
     say = progress or (lambda *_: None)
     say(done, total, "warm-up")
     run_once(session, prompts[0], modes[0], SamplingParams(), 8)  # page weights in, warm caches
     done += 1
-    rows: list[Row] = []
+    engines: dict = {}
+    collected = []
     for prompt in prompts:
         for temp in temperatures:
             params = SamplingParams(temperature=temp, seed=seed)
@@ -182,11 +232,55 @@ def run_bench(session, suite: dict, modes: Sequence[str], temperatures: Sequence
                 for mode in modes:  # interleaved: A, B, C, A, B, C
                     say(done, total, f"{prompt['id']} {mode} t={temp}")
                     ref = runs["none"][0].tokens if runs.get("none") else None
-                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens, ref))
+                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens, ref, engines))
                     done += 1
-            rows += summarise(session, costs, prompt, temp, runs)
-    say(done, total, "done")
-    return report(rows, costs, session, suite, modes, temperatures, repeats)
+            collected.append((prompt, temp, runs))
+    say(done, total, "measuring the cost curve directly")
+    costs = measure_costs(session)
+    rows = [row for prompt, temp, runs in collected for row in summarise(session, costs, prompt, temp, runs)]
+    say(done + 1, total, "done")
+    rep = report(rows, costs, session, suite, modes, temperatures, repeats)
+    rep["engine_curve"] = curve_comparison(session.costs, costs)
+    if any(parse_fixed(m) for m in modes):
+        rep["sweep"] = sweep_summary(collected)
+    return rep
+
+
+def curve_comparison(engine: CostModel, direct: CostModel) -> dict:
+    """The engine's T(k)/T(1) (calibrated at load, refined by every verify) beside the direct
+    measurement, and their ratio per k."""
+    e1, d1 = engine.T(1), direct.T(1)
+    out = {}
+    for k in COST_SIZES:
+        er, dr = engine.T(k) / e1, direct.T(k) / d1
+        out[str(k)] = {"engine": er, "direct": dr, "engine_over_direct": er / dr,
+                       "engine_samples": engine.verify.n_samples(k)}
+    return {"ratios": out, "engine_t1": e1, "direct_t1": d1,
+            "engine_draft_seconds": engine.t_draft or None, "direct_draft_seconds": direct.t_draft or None}
+
+
+def sweep_summary(collected) -> list[dict]:
+    """Per prompt: auto (draft mode) beside the best fixed configuration, and auto's spread."""
+    out = []
+    for prompt, temp, runs in collected:
+        if "draft" not in runs:
+            continue
+        med = {m: statistics.median(r.stats["tokens_per_second"] for r in rs) for m, rs in runs.items() if rs}
+        fixed = {m: v for m, v in med.items() if parse_fixed(m)}
+        if not fixed:
+            continue
+        best = max(fixed, key=fixed.get)
+        auto = [r.stats["tokens_per_second"] for r in runs["draft"]]
+        base = med.get("none")
+        out.append({
+            "prompt_id": prompt["id"], "temperature": temp, "auto_tps": med["draft"],
+            "best_fixed": best, "best_fixed_tps": fixed[best], "auto_over_best_fixed": med["draft"] / fixed[best],
+            "auto_spread": max(auto) / min(auto) if min(auto) > 0 else None,
+            "auto_speedup": med["draft"] / base if base else None,
+            "best_fixed_speedup": fixed[best] / base if base else None,
+            "fixed_k4_p075_tps": fixed.get(fixed_mode(4, 0.75)),
+        })
+    return out
 
 
 def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[Row]:
@@ -298,8 +392,36 @@ def markdown(rep: dict) -> str:
     lines += ["", "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in curve.items()),
               f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
               f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s"]
+    lines += curve_markdown(rep.get("engine_curve"))
+    lines += sweep_markdown(rep.get("sweep"))
     mem = rep.get("memory") or {}
     if mem.get("rss_bytes"):
         lines.append(f"Memory: RSS {mem['rss_bytes'] / 1e9:.2f} GB vs files + KV cache "
                      f"{mem['files_plus_kv_bytes'] / 1e9:.2f} GB ({mem['rss_over_need']:.2f}x)")
     return "\n".join(lines) + "\n"
+
+
+def curve_markdown(cmp: dict | None) -> list[str]:
+    if not cmp:
+        return []
+    ks = [k for k in cmp["ratios"] if int(k) <= 9 or int(k) in (12, 16)]
+    r = cmp["ratios"]
+    return ["", "| k | " + " | ".join(ks) + " |", "|---|" + "---|" * len(ks),
+            "| engine T(k)/T(1) | " + " | ".join(f"{r[k]['engine']:.2f}" for k in ks) + " |",
+            "| direct T(k)/T(1) | " + " | ".join(f"{r[k]['direct']:.2f}" for k in ks) + " |",
+            "| engine ÷ direct | " + " | ".join(f"{r[k]['engine_over_direct']:.2f}" for k in ks) + " |",
+            f"Engine T(1) {cmp['engine_t1']:.4f} s, direct {cmp['direct_t1']:.4f} s (after the runs, "
+            "200 cached tokens, median of 5)."]
+
+
+def sweep_markdown(sweep: list[dict] | None) -> list[str]:
+    if not sweep:
+        return []
+    f = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"  # noqa: E731
+    lines = ["", "| prompt | auto tok/s | best fixed | its tok/s | auto ÷ best fixed | auto spread (max÷min) "
+             "| auto speed-up | best fixed speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for x in sweep:
+        lines.append(f"| {x['prompt_id']} | {f(x['auto_tps'], 1)} | {x['best_fixed']} | {f(x['best_fixed_tps'], 1)} | "
+                     f"{f(x['auto_over_best_fixed'])} | {f(x['auto_spread'])} | {f(x['auto_speedup'])} | "
+                     f"{f(x['best_fixed_speedup'])} |")
+    return lines

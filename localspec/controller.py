@@ -13,13 +13,15 @@ memory-bound one (big model, GPU) T(n) is nearly flat and long drafts pay.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from .costs import STALE_AFTER, DraftCost, VerifyCurve
+
 # Tuning choices, each with its reason:
-EMA = 0.2  # weight of a new timing sample: follows a changing machine within ~5 steps
+EMA = 0.2  # weight of a new measured rate: follows a changing machine within ~5 steps
 DECAY = 0.95  # acceptance counts fade so a new kind of text (prose after code) shows in ~20 steps
 PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0  # alpha starts at 0.75: a typical same-family pair
 FIRST_PROBE, MAX_PROBE = 16, 256  # steps between tries of drafting while k=0 looks best
@@ -34,6 +36,12 @@ OPTIMISTIC_ALPHA = 0.95  # if even this acceptance cannot pay, probing is pointl
 TRIAL_STEPS = 4
 GUARD_TOLERANCE = 0.97
 UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best near 4 here
+# Exploration: a verify size whose estimate is uncertain (costs.VerifyCurve.uncertain) and that
+# would win were its estimate this much too high gets measured, at most once per EXPLORE_EVERY
+# steps: so a wrong estimate is corrected within EXPLORE_EVERY steps per size that could win,
+# and exploring costs at most a share 1/EXPLORE_EVERY of steps, each only a little slower.
+EXPLORE_MARGIN = 0.3
+EXPLORE_EVERY = 16
 
 
 def decayed_counts(accepted: float, rejected: float, n_drafted: int, n_accepted: int) -> tuple[float, float]:
@@ -50,16 +58,35 @@ def expected_tokens(alpha: float, k):
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-@dataclass
 class CostModel:
-    """T(n): seconds for a target evaluation of n tokens; t_draft: seconds per draft pass."""
+    """What the controller knows of this machine: the target's verify curve T(n) (shared by
+    every mode of one target), the draft's seconds per pass, and how well the draft's
+    confidence predicts acceptance."""
 
-    verify: dict[int, float] = field(default_factory=dict)
-    t_draft: float = 0.0
-    # The draft's confidence c is a biased guess of acceptance: measured rejections divided by
-    # the rejections (sum of 1 - c) its confidences predicted, over the tokens verify tested.
-    rejected: float = 1.0
-    predicted_rejected: float = 1.0
+    def __init__(self, verify: Mapping[int, float] | VerifyCurve | None = None,
+                 t_draft: float | DraftCost = 0.0) -> None:
+        self.verify = verify if isinstance(verify, VerifyCurve) else VerifyCurve(verify)
+        self.draft = t_draft if isinstance(t_draft, DraftCost) else DraftCost(t_draft)
+        # The draft's confidence c is a biased guess of acceptance: measured rejections divided
+        # by the rejections (sum of 1 - c) its confidences predicted, over the tokens tested.
+        self.rejected = 1.0
+        self.predicted_rejected = 1.0
+
+    @property
+    def t_draft(self) -> float:
+        return self.draft.seconds
+
+    def T(self, n: int) -> float:
+        return self.verify.T(n)
+
+    def curve(self, n_max: int) -> np.ndarray:
+        return self.verify.curve(n_max)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        self.verify.observe(n, seconds)
+
+    def observe_draft(self, n_evals: int, seconds: float) -> None:
+        self.draft.observe(n_evals, seconds)
 
     @property
     def rejection_scale(self) -> float:
@@ -74,75 +101,6 @@ class CostModel:
     def acceptance(self, c: float) -> float:
         """Calibrated chance that a draft token of confidence c is accepted."""
         return min(max(1.0 - (1.0 - c) * self.rejection_scale, 0.0), 1.0)
-
-    def curve(self, n_max: int) -> np.ndarray:
-        """T(0..n_max) as an array (T(0) = 0), kept until a timing changes: the controller
-        reads the whole curve every step, and on a GPU a step is a few milliseconds."""
-        key = (n_max, tuple(self.verify.items()))
-        if getattr(self, "_curve_key", None) != key:
-            self._curve = np.concatenate([[0.0], self._vector_T(np.arange(1, n_max + 1))])
-            self._curve_key = key
-        return self._curve
-
-    def _vector_T(self, ns: np.ndarray) -> np.ndarray:
-        """T(n) for many n in one go: the same rule as ``T``, kept apart because one scalar
-        T costs a third of a whole curve, and the fixed-k and target-only steps need one or
-        two values per step (tests/test_engine.py checks that the two agree)."""
-        if not self.verify:
-            return np.full(len(ns), np.nan)
-        xs = np.array(sorted(self.verify), dtype=float)
-        ys = np.array([self.verify[int(x)] for x in xs])
-        if len(xs) == 1:
-            return ys[0] * ns / xs[0]
-        raw = np.interp(ns, xs, ys)
-        hi, lo = ns > xs[-1], ns < xs[0]
-        raw[hi] = ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (ns[hi] - xs[-1])
-        raw[lo] = ys[0] + (ys[1] - ys[0]) / (xs[1] - xs[0]) * (ns[lo] - xs[0])
-        raw = np.maximum(raw, 1e-9)
-        running = np.maximum.accumulate(ys)  # max of the measured times at sizes <= n
-        idx = np.searchsorted(xs, ns, side="right") - 1
-        floor = np.where(idx >= 0, running[np.maximum(idx, 0)], 0.0)
-        return np.maximum(raw, floor)
-
-    def T(self, n: int) -> float:
-        """Measured where we have it, linear in between, slope of the last two points beyond;
-        never less than a smaller batch's time (a k-token verify is not cheaper than k-1)."""
-        xs = sorted(self.verify)
-        if not xs:
-            return float("nan")
-        floor = max((self.verify[x] for x in xs if x <= n), default=0.0)
-        return max(self._raw(n, xs), floor)
-
-    def _raw(self, n: int, xs: list[int]) -> float:
-        if n in self.verify:
-            return self.verify[n]
-        if len(xs) == 1:
-            return self.verify[xs[0]] * n / xs[0]
-        if n > xs[-1]:
-            a, b = xs[-2], xs[-1]
-        elif n < xs[0]:
-            a, b = xs[0], xs[1]
-        else:
-            return float(np.interp(n, xs, [self.verify[x] for x in xs]))
-        slope = (self.verify[b] - self.verify[a]) / (b - a)
-        return max(self.verify[b] + slope * (n - b), 1e-9)
-
-    def observe_verify(self, n: int, seconds: float) -> None:
-        """A single-token step moves the whole curve (a busier or idler machine slows or
-        speeds every batch size alike); a k-token verify refines its own point. Updating T(1)
-        alone would let a noisy T(1) pass a stale T(2) and make drafting look free."""
-        old = self.verify.get(n)
-        self.verify[n] = _smooth(old, seconds)
-        if n == 1 and old:
-            scale = self.verify[1] / old
-            for m in self.verify:
-                if m != 1:
-                    self.verify[m] *= scale
-
-    def observe_draft(self, n_evals: int, seconds: float) -> None:
-        if n_evals <= 0:
-            return
-        self.t_draft = _smooth(self.t_draft or None, seconds / n_evals)
 
 
 def _smooth(old: float | None, sample: float) -> float:
@@ -200,6 +158,9 @@ class Choice:
     k: int
     predicted_tps: float  # expected tokens/s at this k
     baseline_tps: float  # expected tokens/s of the target alone (k = 0)
+    # > 0: pad this step's verify to this many tokens to measure T there (the padding rows
+    # are evaluated and thrown away, like rejected drafts); see DraftController._explore
+    measure: int = 0
 
     @property
     def predicted_speedup(self) -> float:
@@ -268,6 +229,8 @@ class DraftController:
         self._since_draft = 0
         self._realized: float | None = None  # EMA tokens/s of steps that drafted
         self._n_realized = 0
+        self._since_explore = 0
+        self._resumed = False  # the last trial found that drafting pays again
 
     @property
     def alpha(self) -> float:
@@ -311,6 +274,46 @@ class DraftController:
         return self._realized >= GUARD_TOLERANCE / self.costs.T(1)
 
     def choose(self) -> Choice:
+        """The k to draft this step (see ``_choose_k``), now and then with a verify size to
+        measure (``_explore``)."""
+        choice = self._choose_k()
+        if self.fixed_k is not None or not self.costs.verify:
+            return choice
+        return self._explore(choice)
+
+    def _explore(self, choice: Choice) -> Choice:
+        """Every EXPLORE_EVERY steps, measure a verify size whose estimate is uncertain (few,
+        no or old samples) if it would win were its estimate EXPLORE_MARGIN too high: a size
+        the controller believes too expensive is otherwise never used, so never corrected.
+        A larger size is measured by padding this step's verify; the single-token size, by a
+        step that drafts nothing."""
+        self._since_explore += 1
+        if self._since_explore < EXPLORE_EVERY:
+            return choice
+        n = self._size_to_measure(choice.k)
+        if n is None:
+            return choice
+        self._since_explore = 0
+        if n == 1:
+            return Choice(0, 1.0 / self.costs.T(1), choice.baseline_tps)
+        return Choice(choice.k, choice.predicted_tps, choice.baseline_tps, measure=n)
+
+    def _size_to_measure(self, k_now: int) -> int | None:
+        speeds = self.speeds()
+        ks = np.arange(self.max_k + 1)
+        optimistic = expected_tokens(self.alpha, ks) / (
+            ks * self.costs.t_draft + self.costs.curve(self.max_k + 1)[1:] * (1.0 - EXPLORE_MARGIN))
+        curve = self.costs.verify
+        # sizes above this step's are measured by padding; T(1) only once it is old (it is
+        # measured whenever k = 0 is chosen, and a step without drafting is costly to force)
+        old_t1 = (curve.age(1) or 0) > STALE_AFTER
+        could_win = [k for k in range(self.max_k + 1) if k != k_now and curve.uncertain(k + 1)
+                     and optimistic[k] > speeds[k_now] and (k > k_now or (k == 0 and old_t1))]
+        if not could_win:
+            return None
+        return max(could_win, key=lambda k: optimistic[k]) + 1
+
+    def _choose_k(self) -> Choice:
         """The best k, except that while k = 0 wins it still tries drafting now and then: the
         acceptance (or the measured speed) can only change when something is drafted. Tries
         back off exponentially, and stop altogether when even a near-perfect draft could not
@@ -337,13 +340,81 @@ class DraftController:
             return
         self._realized = _smooth(self._realized, n_tokens / seconds)
         self._n_realized += 1
-        if self._n_realized == TRIAL_STEPS and self.drafting_pays():
-            self._probe_every = FIRST_PROBE
+        if self._n_realized == TRIAL_STEPS:
+            pays = self.drafting_pays()
+            self._resumed = pays and self._probe_every > FIRST_PROBE  # a try after a back-off
+            if pays:
+                self._probe_every = FIRST_PROBE
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         """Count the verdict (``decayed_counts``); drafting that pays again resets the probes."""
         if n_drafted == 0:
             return
         self.accepted, self.rejected = decayed_counts(self.accepted, self.rejected, n_drafted, n_accepted)
-        if self.fixed_k is None and self.best().k > 0:
+        # (a trial of the guard's still in progress has not paid yet: it keeps its back-off)
+        if self.fixed_k is None and self._n_realized >= TRIAL_STEPS and self.best().k > 0:
             self._probe_every = FIRST_PROBE
+
+
+@dataclass(frozen=True)
+class DraftingState:
+    """Why drafting is on or off right now, in numbers and plain words (the statistics panel,
+    ``localspec run`` and the server show it)."""
+
+    on: bool
+    k: int  # the draft length the controller would ask for now (0: off)
+    why: str  # a few words, with the measured numbers
+    next_try_in: int | None = None  # off: steps until drafting is tried again (None: not tried)
+    draft_cost: float | None = None  # a draft pass, in target passes T(1)
+    verify_cost: float | None = None  # checking k + 1 tokens (2 when off), in target passes
+    expected_speedup: float | None = None  # the model's speed-up at its best k
+
+    @property
+    def line(self) -> str:
+        then = ""
+        if not self.on and self.next_try_in is not None:
+            then = f"; tries again in {self.next_try_in} steps"
+        elif not self.on and self.next_try_in is None and self.draft_cost is not None:
+            then = "; not tried again on this hardware"
+        return f"{'on' if self.on else 'off'}: {self.why}{then}"
+
+    def as_dict(self) -> dict:
+        return {"on": self.on, "k": self.k, "why": self.why, "line": self.line,
+                "next_try_in": self.next_try_in, "draft_cost": self.draft_cost,
+                "verify_cost": self.verify_cost, "expected_speedup": self.expected_speedup}
+
+
+def explain(ctl: DraftController) -> DraftingState:
+    """The controller's state in words: what it does, and the measurement that decided it."""
+    costs = ctl.costs
+    if ctl.fixed_k == 0:
+        return DraftingState(False, 0, "the target alone (no draft mode chosen)")
+    if ctl.fixed_k is not None:
+        return DraftingState(True, ctl.fixed_k, f"k={ctl.fixed_k} every step (fixed: --no-adapt)")
+    if not costs.verify:
+        return DraftingState(True, min(UNMEASURED_K, ctl.max_k), "nothing measured yet: starting at "
+                             f"k={min(UNMEASURED_K, ctl.max_k)}")
+    t1 = costs.T(1)
+    draft_cost = costs.t_draft / t1
+    model_k, speed = ctl._best_k()
+    base = 1.0 / t1
+    if model_k > 0 and ctl.drafting_pays():
+        again = "a try found drafting pays again; " if ctl._resumed else ""
+        cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
+        return DraftingState(True, model_k, f"{again}k={model_k}, expected {speed / base:.2f}× ({cost}checking "
+                             f"{model_k + 1} tokens costs {costs.T(model_k + 1) / t1:.2f} passes, acceptance "
+                             f"{ctl.alpha:.0%})", None, draft_cost, costs.T(model_k + 1) / t1, speed / base)
+    next_try = max(ctl._probe_every - ctl._since_draft, 1)
+    if model_k > 0:  # the measured guard
+        return DraftingState(False, 0, f"drafting measured {ctl._realized:.1f} tok/s against "
+                             f"{base:.1f} tok/s for the target alone ({ctl._realized / base:.2f}×)",
+                             next_try, draft_cost, costs.T(2) / t1, speed / base)
+    k95, speed95 = ctl._best_k(OPTIMISTIC_ALPHA)
+    costs_words = (f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else "") + \
+        f"checking 2 tokens costs {costs.T(2) / t1:.2f} passes"
+    best_any = max(ctl.speeds()[1:].max(), 1e-12) / base
+    if k95 == 0:
+        return DraftingState(False, 0, f"{costs_words}; drafting would run at about {best_any:.2f}× even at "
+                             f"{OPTIMISTIC_ALPHA:.0%} acceptance", None, draft_cost, costs.T(2) / t1, best_any)
+    return DraftingState(False, 0, f"{costs_words}; at the measured acceptance ({ctl.alpha:.0%}) drafting "
+                         f"would run at about {best_any:.2f}×", next_try, draft_cost, costs.T(2) / t1, best_any)

@@ -15,13 +15,13 @@ The engine yields a frozen :class:`Step` per iteration and never prints.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from .controller import Choice, CostModel, DraftController
+from . import costs as _costs
+from .controller import CostModel, DraftController
 from .drafters import Draft, Drafter, NoDrafter
 from .protocol import CachedModel
 from .sampling import (
@@ -52,6 +52,8 @@ class Step:
     verify_seconds: float
     step_seconds: float  # wall time of the whole step, prefill excluded
     finish: Finish | None = None
+    measured: int = 0  # > 0: the verify was padded to this many tokens to measure its cost
+
 
     @property
     def overhead_seconds(self) -> float:
@@ -85,13 +87,13 @@ class SpeculativeEngine:
         rng = np.random.default_rng(params.seed)
         context = [int(t) for t in prompt]
         stream = TextStream(stop)
-        t0 = time.perf_counter()
+        t0 = _costs.clock()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
         self._draft_warm = False
         if self.controller.best().k > 0 and hasattr(self.drafter, "prefill"):
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
             self._draft_warm = True
-        prefill = time.perf_counter() - t0
+        prefill = _costs.clock() - t0
         n_out = 0
         while True:
             room = self.target.n_ctx - len(context)
@@ -106,28 +108,30 @@ class SpeculativeEngine:
                 return
 
     def _step(self, context, params, rng, stream, budget, room, prefill) -> Step:
-        t_start = time.perf_counter()
+        t_start = _costs.clock()
         choice = self.controller.choose()
         # drafting past the token budget or the context is wasted work
         limit = max(0, min(budget - 1, room - 1))
         k = min(choice.k, limit)
-        t0 = time.perf_counter()
+        t0 = _costs.clock()
         draft = self.drafter.draft(context, k, params, rng) if k else Draft()
-        t1 = time.perf_counter()
+        t1 = _costs.clock()
         drafted = draft.ids[:limit]  # a free copy may run past k (see drafters.Drafter)
-        rows = self.target.sync(context + list(drafted), n_logits=len(drafted) + 1,
-                                known=self._known(context))  # verify
-        t2 = time.perf_counter()
+        pad = _padding(context, drafted, choice.measure, room)
+        batch = context + list(drafted) + pad
+        rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad),
+                                known=self._known(context))[: len(drafted) + 1]  # verify
+        t2 = _costs.clock()
         verdict = self._accept(rows, context, drafted, draft, params, rng)
-        self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
-        self._learn(choice, draft, drafted, verdict, t1 - t0, t2 - t1)
+        self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
+        self._learn(draft, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
         # the draft model's first pass of a reply may have read the whole prompt: not a
         # drafting step's speed, so the guard does not see it
         catch_up = draft.n_evals > 0 and not self._draft_warm
         self._draft_warm = self._draft_warm or draft.n_evals > 0
-        if (drafted or draft.n_evals) and not draft.copied and not catch_up:
-            self.controller.observe_rate(len(kept), time.perf_counter() - t_start)
+        if (drafted or draft.n_evals) and not draft.copied and not catch_up and not pad:
+            self.controller.observe_rate(len(kept), _costs.clock() - t_start)
         emitted, finish = self._cut(kept, budget)
         context.extend(kept)
         text = "".join(stream.feed(self.target.token_bytes(t)) for t in emitted)
@@ -146,8 +150,9 @@ class SpeculativeEngine:
             prefill_seconds=prefill,
             draft_seconds=t1 - t0,
             verify_seconds=t2 - t1,
-            step_seconds=time.perf_counter() - t_start,
+            step_seconds=_costs.clock() - t_start,
             finish=finish,
+            measured=len(pad) and len(drafted) + 1 + len(pad),
         )
 
     def _known(self, context: list[int]) -> int:
@@ -169,9 +174,9 @@ class SpeculativeEngine:
         q_draft = draft.q_draft[: len(drafted)] if draft.q_draft is not None else None
         return verify_speculative(drafted, p_target, q_draft, rng)
 
-    def _learn(self, choice: Choice, draft: Draft, drafted, verdict: Verdict, t_draft, t_verify):
+    def _learn(self, draft: Draft, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify):
         costs = self.controller.costs
-        costs.observe_verify(len(drafted) + 1, t_verify)
+        costs.observe_verify(n_verified, t_verify)
         costs.observe_draft(draft.n_evals, t_draft)
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
@@ -221,32 +226,10 @@ class _History:
         return (self.tail + self.drafted[:i])[-self.n :] if self.n else []
 
 
-def calibrate(target: CachedModel, sizes: Sequence[int] = (1, 2, 4, 8, 16), token: int = 0,
-              draft: CachedModel | None = None, repeats: int = 2) -> CostModel:
-    """Measure T(n) for the target (and one draft pass) on this machine, then leave both
-    caches as they were. After one warm-up pass (freshly loaded weights are paged in from
-    disk on first use), each size runs ``repeats`` times and the fastest is kept: noise on a
-    busy machine only ever adds time."""
-    costs = CostModel()
-    for model, ns in ((target, sizes), (draft, (1,))):
-        if model is None:
-            continue
-        saved = list(model.cached)
-        model.truncate(0)
-        model.evaluate([token] * min(max(ns), model.n_ctx), 1)  # warm-up: page the weights in
-        model.truncate(0)
-        for n in ns:
-            if n > model.n_ctx:
-                break
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                model.evaluate([token] * n, n)
-                best = min(best, time.perf_counter() - t0)
-                model.truncate(0)
-            if model is target:
-                costs.verify[n] = best
-            else:
-                costs.t_draft = best
-        model.sync(saved)
-    return costs
+def _padding(context: list[int], drafted: Sequence[int], measure: int, room: int) -> list[int]:
+    """Tokens that fill a verify of [pending, drafted] up to ``measure`` tokens (the
+    controller measuring a size, see DraftController._explore): earlier context tokens, so
+    the batch looks like any other. Causal attention keeps them from touching the rows that
+    are read; the rollback after the verify drops them."""
+    n = min(measure - 1 - len(drafted), room - len(drafted))
+    return list(context[-n:]) if n > 0 and len(context) >= n else []

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Callable, Iterator, Literal, Sequence
 
 from .compat import Compatibility, check_compatible
-from .controller import CostModel, DraftController, LookupGate
+from .controller import CostModel, DraftController, DraftingState, LookupGate, explain
+from .costs import DraftCost, calibrate
 from .drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from .engine import SpeculativeEngine, Step, calibrate
+from .engine import SpeculativeEngine, Step
 from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
+from .profiles import ProfileStore, Use, machine_id, model_key
 from .sampling import SamplingParams
 
 Mode = Literal["draft", "lookup", "none"]
@@ -76,28 +78,35 @@ def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
 # draft model's own acceptance and measured speed down until drafting switched off.
 COPY_PRIOR = (1.0, 1.0)
 
-# Tuning choice: verify sizes measured at load; larger ones are extrapolated, then refined by
-# every real verify. 1..8 and 16 take ~0.6 s on the Q4 1.5B target on 2 cores.
-CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
+# Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
+# interpolated, then measured when they could win (DraftController._explore). Sizes past 8 pay
+# only on a memory-bound target, where exploration finds them within a few dozen steps.
+CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
 
 
 class Session:
     def __init__(self, target, draft, spec: PairSpec, options: LoadOptions, compat=None,
-                 offload: OffloadPlan | None = None) -> None:
+                 offload: OffloadPlan | None = None, profiles: ProfileStore | None = None,
+                 machine: str = "") -> None:
         self.target = target
         self.draft = draft
+        self.profiles = profiles  # where this machine's costs are kept (None: not kept)
+        self.machine = machine
+        self._use: dict[str, Use] = {}  # what replies measured since the last save, by drafting
         self.spec = spec
         self.options = options
         self.compat = compat
         self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
-        self.costs = calibrate(target, CALIBRATION_SIZES, draft=draft)
-        self._controllers: dict[Mode, DraftController] = {}
+        curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
+        self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
+        self._controllers: dict[tuple[str, int], DraftController] = {}  # by (mode, max_k)
         self._gates: dict[str, LookupGate] = {}
+        self.save_profile()
 
     @classmethod
     def load(cls, spec: PairSpec, options: LoadOptions = LoadOptions(),
-             progress: Callable[[str], None] | None = None) -> "Session":
+             progress: Callable[[str], None] | None = None, profiles: ProfileStore | None = None) -> "Session":
         from . import ggufinfo, preflight
         from . import llama_backend as backend  # the only adapter that imports llama_cpp
 
@@ -124,7 +133,9 @@ class Session:
                 target.close()
                 raise IncompatiblePair(compat)
         say("measuring verify costs on this machine")
-        return cls(target, draft, spec, options, compat, offload=plan)
+        build = backend.build_info()
+        machine = machine_id(f"{build.get('llama_cpp_python')}|{build.get('system_info')}")
+        return cls(target, draft, spec, options, compat, offload=plan, profiles=profiles, machine=machine)
 
     # --- what the UI shows -------------------------------------------------------------
     @property
@@ -136,41 +147,52 @@ class Session:
         """Target-only decode speed predicted from the measured single-token evaluation time."""
         return 1.0 / self.costs.T(1)
 
-    baseline_note = "1 / T(1): a single-token target evaluation timed at load (best of 2)"
+    baseline_note = "1 / T(1): median of recent single-token target evaluations"
 
     def token_text(self, token: int) -> str:
         return self.target.token_bytes(token).decode("utf-8", errors="replace")
 
     # --- generation --------------------------------------------------------------------
-    def engine(self, mode: Mode | str | None = None, drafter=None,
-               fixed_k: int | None = None) -> SpeculativeEngine:
+    def engine(self, mode: Mode | str | None = None, drafter=None, fixed_k: int | None = None,
+               n_max: int | None = None, p_min: float | None = None) -> SpeculativeEngine:
         """The engine for ``mode``; ``drafter`` replaces the mode's own (the bench's oracle),
         with its own controller under that mode name. A draft cost of zero unless 'draft'.
-        ``fixed_k`` drafts that many tokens every step whatever the options say."""
+        ``fixed_k`` drafts that many tokens every step whatever the options say. ``n_max`` and
+        ``p_min`` replace the options' longest draft and draft confidence for this engine (a
+        server request's ``speculative.n_max`` / ``.p_min``); each longest draft keeps a
+        controller of its own, since what it learns (acceptance, measured speed) depends on it."""
         mode = mode or self.mode
-        if mode not in self._controllers:
-            fixed = 0 if mode == "none" else (None if self.options.adaptive else self.options.max_k)
+        max_k = n_max or self.options.max_k
+        if (mode, max_k) not in self._controllers:
+            fixed = 0 if mode == "none" else (None if self.options.adaptive else max_k)
             fixed = fixed_k if fixed_k is not None else fixed
             # one target, so one table of verify times shared by every mode; the cost of a
             # draft token is the draft model's, and zero for prompt lookup
-            costs = CostModel(self.costs.verify, self.costs.t_draft if mode == "draft" else 0.0)
-            self._controllers[mode] = DraftController(costs, self.options.max_k, fixed)
-        controller = self._controllers[mode]
-        drafter = drafter or self._drafter(mode, controller.costs)
+            costs = CostModel(self.costs.verify, self.costs.draft if mode == "draft" else DraftCost())
+            self._controllers[(mode, max_k)] = DraftController(costs, max_k, fixed)
+        controller = self._controllers[(mode, max_k)]
+        p_min = self.options.p_min if p_min is None else p_min
+        drafter = drafter or self._drafter(mode, controller.costs, max_k, p_min)
         return SpeculativeEngine(self.target, drafter, controller)
 
-    def _drafter(self, mode: Mode, costs: CostModel):
+    def drafting_state(self, mode: Mode | str | None = None, n_max: int | None = None) -> DraftingState:
+        """Why drafting is on or off for ``mode`` now (controller.explain), for the UI to show."""
+        key = (mode or self.mode, n_max or self.options.max_k)
+        controller = self._controllers.get(key) or self.engine(mode, n_max=n_max).controller
+        return explain(controller)
+
+    def _drafter(self, mode: Mode, costs: CostModel, max_k: int, p_min: float):
         if mode == "draft":
             if self.draft is None:
                 raise ValueError("this session has no draft model")
             banned = self.compat.banned_draft_ids if self.compat else ()
             # with --no-adapt the draft length is the user's: p_min alone stops a draft
             rule_costs = costs if self.options.adaptive else None
-            drafter = ModelDrafter(self.draft, self.target.n_vocab, self.options.p_min, banned, rule_costs)
+            drafter = ModelDrafter(self.draft, self.target.n_vocab, p_min, banned, rule_costs)
             # adaptive: copy from the context when a match has earned it, else the model
             if not (self.options.adaptive and self.options.copy):
                 return drafter
-            return drafter.with_lookup(self._lookup(mode, costs, COPY_PRIOR), self.options.max_k)
+            return drafter.with_lookup(self._lookup(mode, costs, COPY_PRIOR), max_k)
         if mode == "lookup":
             return self._lookup(mode, costs) if self.options.adaptive else PromptLookupDrafter()
         return NoDrafter()
@@ -208,12 +230,18 @@ class Session:
     def chat(self, messages: Sequence[dict], params: SamplingParams = SamplingParams(),
              max_tokens: int = 512, mode: Mode | None = None, raw: bool = False,
              stop: Sequence[str] = (), make_drafter: Callable[[int], object] | None = None,
-             fixed_k: int | None = None) -> Iterator[Step]:
-        """``make_drafter(prompt_len)``: a drafter in place of the mode's (the bench's oracle)."""
+             fixed_k: int | None = None, n_max: int | None = None,
+             p_min: float | None = None) -> Iterator[Step]:
+        """``make_drafter(prompt_len)``: a drafter in place of the mode's (the bench's oracle);
+        ``n_max`` / ``p_min``: this reply's drafting limits (see ``engine``)."""
         ids, _ = self.fit(messages, max_tokens, raw)
         drafter = make_drafter(len(ids)) if make_drafter else None
         with self.lock:
-            yield from self.engine(mode, drafter, fixed_k).generate(ids, params, max_tokens, stop)
+            engine = self.engine(mode, drafter, fixed_k, n_max, p_min)
+            for step in engine.generate(ids, params, max_tokens, stop):
+                if drafter is None and fixed_k is None:  # the bench's variants are not the user's use
+                    self._count(mode, step)
+                yield step
 
     def reset(self) -> None:
         """Empty both KV caches (the next turn is evaluated from scratch)."""
@@ -221,7 +249,37 @@ class Session:
             if m is not None:
                 m.truncate(0)
 
+    def _drafting_key(self, mode: str | None) -> str:
+        mode = mode or self.mode
+        return str(Path(self.spec.draft).resolve()) if mode == "draft" and self.spec.draft else mode
+
+    def _count(self, mode: str | None, step: Step) -> None:
+        u = self._use.setdefault(self._drafting_key(mode), Use())
+        u.tokens += len(step.emitted)
+        u.seconds += step.step_seconds
+        u.drafted += len(step.drafted)
+        u.accepted += step.n_accepted
+
+    def save_profile(self) -> None:
+        """Keep what this pair measured here (the target's curve as refined so far, a draft
+        pass, the use since the last save) for the pair menu and ``localspec doctor``."""
+        if self.profiles is None:
+            return
+        try:
+            plan = self.offload
+            target_key = model_key(self.spec.target, self.machine, self.options.threads,
+                                   plan.target_layers if plan else None)
+            self.profiles.update(target_key, self.spec.target, verify=self.costs.verify.points(), use=self._use)
+            if self.spec.draft and self.costs.t_draft:
+                draft_key = model_key(self.spec.draft, self.machine, self.options.threads,
+                                      plan.draft_layers if plan else None)
+                self.profiles.update(draft_key, self.spec.draft, draft_pass=self.costs.t_draft)
+            self._use = {}
+        except OSError:
+            pass  # a profile is a convenience: a read-only data dir must not stop a chat
+
     def close(self) -> None:
+        self.save_profile()
         for m in (self.draft, self.target):
             if m is not None:
                 m.close()

@@ -2,9 +2,10 @@
 
 Each variant keeps its own controller (and copy gate) across prompts, as a session does; the
 variants run interleaved per prompt, so a noisy machine slows them alike. Variants:
-  none      the target alone
-  adaptive  the draft model, adaptive k, no copies from the context
-  hybrid    the same plus copies from the context (what `--draft` does by default)
+  none         the target alone
+  adaptive     the draft model, adaptive k, no copies from the context
+  adaptive-p0  the same with p_min 0: the marginal rule alone ends a draft
+  hybrid       adaptive plus copies from the context (what `--draft` does by default)
 
     .venv/bin/python scripts/sweep_drafting.py TARGET DRAFT --prompts edit-refactor,edit-js,code-lru --rounds 2
 """
@@ -16,19 +17,21 @@ from pathlib import Path
 
 from localspec import bench
 from localspec.controller import CostModel, DraftController, LookupGate
+from localspec.costs import DraftCost
 from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.engine import SpeculativeEngine
 from localspec.sampling import SamplingParams
 from localspec.session import COPY_PRIOR, LoadOptions, PairSpec, Session
 from localspec.stats import RunStats
 
-VARIANTS = ("none", "adaptive", "hybrid")
+VARIANTS = ("none", "adaptive", "adaptive-p0", "hybrid")
 
 
 class Variant:
     def __init__(self, name: str, session: Session) -> None:
         self.name, self.session = name, session
-        costs = CostModel(dict(session.costs.verify), session.costs.t_draft if name != "none" else 0.0)
+        # private copies: what one variant measures must not teach another
+        costs = CostModel(session.costs.verify.copy(), session.costs.draft.copy() if name != "none" else DraftCost())
         self.controller = DraftController(costs, session.options.max_k, 0 if name == "none" else None)
         self.gate = LookupGate(costs, COPY_PRIOR) if name == "hybrid" else None
 
@@ -36,8 +39,8 @@ class Variant:
         s = self.session
         if self.name == "none":
             return NoDrafter()
-        d = ModelDrafter(s.draft, s.target.n_vocab, s.options.p_min, s.compat.banned_draft_ids,
-                         self.controller.costs)
+        p_min = 0.0 if self.name == "adaptive-p0" else s.options.p_min
+        d = ModelDrafter(s.draft, s.target.n_vocab, p_min, s.compat.banned_draft_ids, self.controller.costs)
         return d.with_lookup(PromptLookupDrafter(gate=self.gate)) if self.gate else d
 
     def run(self, prompt: str, n_tokens: int) -> RunStats:
@@ -57,10 +60,11 @@ def main() -> None:
     ap.add_argument("--prompts", default="edit-refactor,edit-js,code-lru")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args()
     session = Session.load(PairSpec(args.target, args.draft), LoadOptions())
     suite = {p["id"]: p["prompt"] for p in bench.load_suite()["prompts"]}
-    variants = [Variant(name, session) for name in VARIANTS]
+    variants = [Variant(name, session) for name in ["none", *(v for v in args.variants.split(",") if v != "none")]]
     for _ in range(args.rounds):
         for pid in args.prompts.split(","):
             base = None

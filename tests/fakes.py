@@ -75,3 +75,50 @@ def oracle_greedy(fn: Callable, context: Sequence[int], k: int) -> list[int]:
         out.append(t)
         ctx.append(t)
     return out
+
+
+class VirtualClock:
+    """A clock that only moves when a fake model says it worked: timings in tests are exact
+    (Python's own time counts as zero). Install with ``monkeypatch.setattr(costs, "clock", c)``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TimedModel(FakeModel):
+    """A FakeModel whose evaluation of n tokens advances ``clock`` by ``seconds(n, call)``:
+    ``call`` counts evaluations, so a test can slow the machine down mid-reply or put a spike
+    on one call."""
+
+    def __init__(self, logits_fn: Callable, n_vocab: int, clock: VirtualClock,
+                 seconds: Callable[[int, int], float], n_ctx: int = 4096) -> None:
+        super().__init__(logits_fn, n_vocab, n_ctx)
+        self.clock, self.seconds, self.calls = clock, seconds, 0
+
+    def _decode(self, tokens, start, n_logits):
+        self.clock.now += self.seconds(len(tokens), self.calls)
+        self.calls += 1
+        return super()._decode(tokens, start, n_logits)
+
+
+class NoisyOracleDrafter:
+    """Proposes the target's greedy continuation with each token wrong with probability
+    1 - alpha (fixed per position, so geometric acceptance), at ``t_draft`` virtual seconds
+    per proposed token, reported as draft passes so the cost model learns them."""
+
+    name = "noisy-oracle"
+
+    def __init__(self, fn: Callable, alpha: float, clock: VirtualClock, t_draft: float, seed: int = 0) -> None:
+        self.fn, self.alpha, self.clock, self.t_draft, self.seed = fn, alpha, clock, t_draft, seed
+
+    def draft(self, context, k, params, rng):
+        ids = oracle_greedy(self.fn, context, k)
+        for i in range(len(ids)):
+            u = np.random.default_rng([self.seed, len(context) + i]).random()
+            if u > self.alpha:
+                ids[i] = (ids[i] + 1) % len(self.fn(context))
+        self.clock.now += self.t_draft * len(ids)
+        return Draft(tuple(ids), n_evals=len(ids))

@@ -62,6 +62,37 @@ class TestBenchCli:
         assert "| prompt | mode |" in md.read_text()
 
 
+class TestSweep:
+    def test_fixed_configurations_beside_auto_and_the_curve_beside_the_direct_one(self, pair, tmp_path):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
+        out, md = tmp_path / "r.json", tmp_path / "r.md"
+        rc = main(["bench", "--target", str(pair[0]), "--draft", str(pair[1]), "--sweep", "--threads", "1",
+                   "--ctx", "512", "--suite", str(suite), "--repeats", "2", "--json", str(out),
+                   "--markdown", str(md)])
+        assert rc == 0
+        rep = json.loads(out.read_text())
+        modes = {r["mode"] for r in rep["rows"]}
+        assert {bench.fixed_mode(k, p) for k in bench.SWEEP_KS for p in bench.SWEEP_P_MINS} < modes
+        assert all(r["identical"] for r in rep["rows"] if r["mode"] != "none")
+        (row,) = rep["sweep"]
+        assert row["best_fixed"].startswith("fixed-k") and row["auto_over_best_fixed"] > 0
+        assert row["auto_spread"] >= 1.0
+        ratios = rep["engine_curve"]["ratios"]
+        assert ratios["1"]["engine"] == pytest.approx(1.0) and ratios["8"]["engine_over_direct"] > 0
+        text = md.read_text()
+        assert "auto ÷ best fixed" in text and "engine ÷ direct" in text
+
+    def test_sweep_needs_a_draft_model(self, pair, capsys):
+        assert main(["bench", "--target", str(pair[0]), "--lookup", "--sweep"]) == 2
+        assert "--sweep" in capsys.readouterr().err
+
+    def test_fixed_mode_names_round_trip(self):
+        assert bench.parse_fixed(bench.fixed_mode(4, 0.75)) == (4, 0.75)
+        assert bench.parse_fixed(bench.fixed_mode(2, 0.0)) == (2, 0.0)
+        assert bench.parse_fixed("draft") is None and bench.parse_fixed("oracle-100/4") is None
+
+
 class TestOracleModes:
     def test_oracle_acceptance_follows_the_fraction_and_texts_match(self, pair, tmp_path):
         suite = tmp_path / "suite.json"

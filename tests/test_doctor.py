@@ -147,3 +147,31 @@ class TestCli:
         assert cli_doctor.disk_free(tmp_path / "a" / "b") > 0
         (tmp_path / "file").write_text("x")
         assert not cli_doctor.writable(tmp_path / "file" / "models")  # a file is in the way
+
+
+class TestExpectedHere:
+    def test_nothing_measured_says_how_to_measure(self, capsys):
+        main(["doctor"])
+        assert "nothing measured yet: open a pair once" in capsys.readouterr().out
+
+    def test_a_pair_used_here_gets_expected_figures_and_a_recommendation(self, tmp_path, capsys):
+        from localspec.profiles import PROFILES_FILE, ProfileStore
+        from localspec.sampling import SamplingParams
+        from localspec.session import LoadOptions, PairSpec, Session
+        from localspec.settings import data_dir
+        from tiny_gguf import write_tiny_gguf
+
+        t = write_tiny_gguf(tmp_path / "t.gguf", seed=0, n_ctx=512)
+        d = write_tiny_gguf(tmp_path / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
+        store = ProfileStore(data_dir() / PROFILES_FILE)
+        s = Session.load(PairSpec(t, d), LoadOptions(n_ctx=512), profiles=store)
+        list(s.chat([{"role": "user", "content": "hello there"}], SamplingParams(temperature=0.0), 40))
+        s.close()
+        assert main(["doctor", "--json"]) in (0, 1)
+        out = json.loads(capsys.readouterr().out)
+        hows = {(e["target"], e["how"]) for e in out["expected"]}
+        assert (str(t), "none") in hows and (str(t), str(d.resolve())) in hows
+        assert out["recommendation"].startswith("fastest here: t.gguf")
+        main(["doctor"])
+        text = capsys.readouterr().out
+        assert "none (target alone)" in text and "draft d.gguf" in text and "recommendation: fastest here" in text

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..session import ContextOverflow
+from .progress import StepProgress
 from .run import add_model_options, load_session
 
 
@@ -26,18 +27,12 @@ def register(sub) -> None:
                    help="also run an oracle drafter that replays the target-only reply with PCT %% "
                         "of its tokens right, at zero draft cost (to measure a machine, e.g. a GPU); "
                         "PCT/K drafts K tokens every step")
+    p.add_argument("--sweep", action="store_true",
+                   help="also run fixed draft configurations (k in 2,3,4,6,8 x p_min in 0,0.75) beside "
+                        "auto mode and report auto / best fixed per prompt (needs --draft)")
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.set_defaults(func=cmd_bench)
-
-
-def progress_bar(done: int, total: int, label: str) -> None:
-    width = 30
-    filled = int(width * done / max(total, 1))
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:<50}")
-    if done >= total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
 
 
 def cmd_bench(args) -> int:
@@ -65,6 +60,11 @@ def cmd_bench(args) -> int:
               "optionally /K for a fixed draft length of 1 to 63 (e.g. 100/8)", file=sys.stderr)
         return 2
     modes += [f"oracle-{o}" for o in args.oracle]
+    if args.sweep:
+        if not args.draft:
+            print("error: --sweep compares fixed draft configurations with auto mode: give --draft", file=sys.stderr)
+            return 2
+        modes += bench.sweep_modes()
     if args.compare_rules:
         modes += [f"{m}:match" for m in modes if m != "none"]
     lookup = args.lookup
@@ -72,7 +72,7 @@ def cmd_bench(args) -> int:
     session = load_session(args)
     try:
         rep = bench.run_bench(session, suite, modes, args.temp or [0.0], args.repeats,
-                              progress=progress_bar)
+                              progress=StepProgress())
     except ContextOverflow as e:
         print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
         return 4

@@ -24,6 +24,7 @@ from .. import catalog as cat
 from .. import downloads, preflight
 from ..doctor import Diagnosis, Facts, PairFacts, diagnose
 from ..offload import gib
+from ..profiles import PROFILES_FILE, ProfileStore, machine_id, options_here, recommend
 from ..settings import load_settings
 from .models import _table
 
@@ -45,11 +46,40 @@ def cmd_doctor(args) -> int:
         print(f"warning: {w}", file=sys.stderr)
     facts = gather_facts(settings, catalog)
     diagnosis = diagnose(facts)
+    options, advice = expected_here(facts)
     if args.json:
-        print(json.dumps(as_json(facts, diagnosis), default=str, ensure_ascii=False))
+        out = as_json(facts, diagnosis)
+        out["expected"] = [{"target": o.target, "how": o.how, **asdict(o.expected)} for o in options]
+        out["recommendation"] = advice
+        print(json.dumps(out, default=str, ensure_ascii=False))
     else:
-        print(render(facts, diagnosis))
+        print(render(facts, diagnosis, expected_lines(options, advice)))
     return 0 if diagnosis.ok else 1
+
+
+def expected_here(facts: Facts):
+    """What each measured model is expected to do on this machine (``localspec.profiles``)."""
+    from ..settings import data_dir
+
+    b = facts.build
+    store = ProfileStore(data_dir() / PROFILES_FILE)
+    options = options_here(store.load(), machine_id(f"{b.get('llama_cpp_python')}|{b.get('system_info')}"))
+    return options, recommend(options)
+
+
+def expected_lines(options, advice: str | None) -> list[str]:
+    lines = ["\nexpected speed here (from this machine's measurements; a model is measured when it is "
+             "first loaded, and its use refines the figures)"]
+    if not options:
+        return lines + ["  nothing measured yet: open a pair once (localspec, or localspec run) and run "
+                        "localspec doctor again"]
+    rows = [("MODEL", "DRAFTING", "SPEED-UP", "TOK/S", "BASIS")]
+    for o in sorted(options, key=lambda o: -o.expected.tokens_per_second):
+        how = {"none": "none (target alone)", "lookup": "prompt lookup"}.get(o.how, f"draft {Path(o.how).name}")
+        e = o.expected
+        rows.append((Path(o.target).name, how, f"{e.speedup:.2f}x", f"{e.tokens_per_second:.1f}",
+                     f"{e.basis}, {e.measured}"))
+    return lines + ["  " + line for line in _table(rows).splitlines()] + [f"recommendation: {advice}"]
 
 
 # --- the facts ------------------------------------------------------------------------------
@@ -123,8 +153,8 @@ def as_json(facts: Facts, d: Diagnosis) -> dict:
             "pairs": [asdict(v) for v in d.pairs], "facts": asdict(facts)}
 
 
-def render(facts: Facts, d: Diagnosis) -> str:
-    lines = [*_build_lines(facts), *_python_lines(facts), *_model_lines(facts, d)]
+def render(facts: Facts, d: Diagnosis, expected: list[str] = ()) -> str:
+    lines = [*_build_lines(facts), *_python_lines(facts), *_model_lines(facts, d), *expected]
     if d.problems:
         lines.append("\nproblems:")
         for p in d.problems:

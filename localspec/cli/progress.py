@@ -1,0 +1,103 @@
+"""Progress for the CLI: rich progress bars on a terminal, plain lines when the output is piped
+or captured (a log file must not fill with carriage returns and escape codes)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+PLAIN_EVERY_S = 2.0  # piped: a line every 2 s at most (and at the end) keeps logs short
+
+
+def _console(stream: TextIO) -> Console | None:
+    """A rich console for a terminal; None when the stream is not one."""
+    return Console(file=stream) if stream.isatty() else None
+
+
+class StepProgress:
+    """``progress(done, total, label)`` for counted work (the bench's runs)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        console = _console(self.stream)
+        self._rich = console and Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                          TimeElapsedColumn(), console=console, transient=False)
+        self._task = None
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if self._rich is None:
+            print(f"[{done}/{total}] {label}", file=self.stream, flush=True)
+            return
+        if self._task is None:
+            self._rich.start()
+            self._task = self._rich.add_task(label, total=total)
+        self._rich.update(self._task, completed=done, total=total, description=label[:50])
+        if done >= total:
+            self._rich.stop()
+
+
+class ByteProgress:
+    """Draws download progress records (``downloads.Progress``): one bar per file."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        console = _console(self.stream)
+        self._rich = console and Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            TimeRemainingColumn(), console=console)
+        self._tasks: dict[str, int] = {}
+        self._last = 0.0
+
+    def __call__(self, p) -> None:
+        if self._rich is None:
+            now = time.monotonic()
+            if now - self._last >= PLAIN_EVERY_S or p.done_bytes == p.total_bytes:
+                self._last = now
+                print(plain_line(p), file=self.stream, flush=True)
+            return
+        if p.filename not in self._tasks:
+            if not self._tasks:
+                self._rich.start()
+            self._tasks[p.filename] = self._rich.add_task(f"{p.filename} ({p.source})", total=p.total_bytes)
+        self._rich.update(self._tasks[p.filename], completed=p.done_bytes, total=p.total_bytes)
+
+    def note(self, text: str) -> None:
+        if self._rich is not None and self._tasks:
+            self._rich.console.print(f"note: {text}")
+        else:
+            print(f"note: {text}", file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        if self._rich is not None and self._tasks:
+            self._rich.stop()
+            self._tasks.clear()
+
+
+def plain_line(p) -> str:
+    pct = f"{p.done_bytes / p.total_bytes:.0%}" if p.total_bytes else "?"
+    eta = "" if p.eta_seconds is None else f", ETA {int(p.eta_seconds) // 60}:{int(p.eta_seconds) % 60:02d}"
+    total = f"/{_human(p.total_bytes)}" if p.total_bytes else ""
+    return f"{p.filename}: {pct} {_human(p.done_bytes)}{total} at {_human(p.bytes_per_second)}/s{eta} ({p.source})"
+
+
+def _human(n: float | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"

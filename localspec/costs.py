@@ -1,0 +1,273 @@
+"""What a step costs on this machine: T(n), the time of one target evaluation of n tokens with
+logits on every row (a verify of n - 1 draft tokens), and the draft's time per pass.
+
+Both are measured, never assumed: ``calibrate`` times every size at load in the conditions a
+verify runs in (a filled cache, distinct tokens, a logits row per token), and every verify
+afterwards adds a sample. The controller, the marginal rule and the lookup gate all read T
+from here, so an estimate that is wrong is wrong everywhere: it has to be robust.
+
+- **One outlier cannot poison a size.** Each size keeps its last ``WINDOW`` samples and its
+  estimate is their median: a page fault, a busy neighbour or a first-use spike (graph
+  building, kernel selection on a GPU) is one sample among many and moves nothing.
+- **No size can inflate another.** A verify of n tokens is never cheaper than one of fewer, so
+  the curve is made non-decreasing, but by a robust isotonic fit (pool adjacent violators with
+  medians of the pooled samples), not by carrying a running maximum forward: one high size is
+  outvoted by its neighbours instead of lifting every larger size.
+- **Sizes never measured** are linear between measured ones and follow the last measured
+  slope beyond them.
+- **Old or thin estimates are known to be so** (``uncertain``): the controller tries such a
+  size now and then when it could win (see ``DraftController``), so an estimate that is wrong
+  gets corrected by a measurement within a bounded number of steps.
+- **The machine's speed is followed as a whole** (``VerifyCurve.level``): when most recent
+  verifies of well-measured sizes ran slower (or faster) than estimated, the whole curve moves,
+  so a machine that slows down does not make the sizes not in use look cheap, nor the target
+  alone look faster than it now is.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from statistics import median
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .protocol import CachedModel
+
+# Tuning choices, each with its reason:
+WINDOW = 9  # samples kept per size: the median ignores up to 4 outliers, and a machine that
+#             changes speed shows after 5 samples of the new speed
+MIN_SAMPLES = 3  # fewer samples than this: the estimate is thin (calibration takes 3)
+STALE_AFTER = 96  # verifies since a size was last measured before its estimate counts as old
+LEVEL_WINDOW = 5  # recent residuals that decide the machine's speed: a change shows after 3, before
+#                   it can flip the median of a size's own samples (3 from calibration + 3)
+CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (k + 1 <= 64)
+DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)
+
+clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
+
+
+class VerifyCurve:
+    """T(n) for n >= 1 from windows of measured samples (seconds)."""
+
+    def __init__(self, points: Mapping[int, float] | None = None) -> None:
+        self._samples: dict[int, deque[float]] = {}
+        self._seen: dict[int, int] = {}  # size -> observation count when last measured
+        self._warmed: set[int] = set()  # sizes whose first (discarded) verify has run
+        self.n_observed = 0  # online samples so far (calibration not counted)
+        # log of the machine's speed now relative to calibration; the samples are stored
+        # divided by exp(level) at their time, so every size moves with the machine
+        self.level = 0.0
+        self._residuals: deque[float] = deque([0.0] * LEVEL_WINDOW, maxlen=LEVEL_WINDOW)
+        self._full: np.ndarray | None = None  # T(0..) until the next sample
+        for n, seconds in (points or {}).items():  # a given point counts as a calibration
+            for _ in range(MIN_SAMPLES):
+                self.add(n, seconds)
+
+    # --- samples ---------------------------------------------------------------------
+    def add(self, n: int, seconds: float) -> None:
+        """A calibration sample: taken before any step, it ages like the load it came from."""
+        if n < 1 or not seconds > 0:
+            return
+        self._samples.setdefault(n, deque(maxlen=WINDOW)).append(float(seconds))
+        self._seen.setdefault(n, 0)
+        self._full = None
+
+    def observe(self, n: int, seconds: float) -> None:
+        """A verify of n tokens took ``seconds``. A size whose estimate is sound also tells
+        how fast the machine runs now (``_follow``); the sample is kept relative to that speed."""
+        if n < 1 or not seconds > 0:
+            return
+        self.n_observed += 1
+        if n not in self._samples and n not in self._warmed:
+            # the first verify of a size never seen builds its graph (on a GPU: picks its
+            # kernels) and can be many times slower than the next: it warms, it is not kept
+            self._warmed.add(n)
+            return
+        if not self.uncertain(n):
+            self._follow(math.log(seconds / self.T(n)))
+        self._samples.setdefault(n, deque(maxlen=WINDOW)).append(seconds / math.exp(self.level))
+        self._seen[n] = self.n_observed
+        self._full = None
+
+    def _follow(self, residual: float) -> None:
+        """The machine's speed: the median of the recent log residuals of sound sizes moves
+        the level of the whole curve (so sizes not in use follow a machine that slowed down or
+        sped up). Until most of the last LEVEL_WINDOW residuals agree nothing moves: one
+        outlier, or one size whose estimate was off, cannot shift the curve."""
+        self._residuals.append(residual)
+        shift = median(self._residuals)
+        if shift:
+            self.level += shift
+            self._residuals = deque((r - shift for r in self._residuals), maxlen=LEVEL_WINDOW)
+            self._full = None
+
+    def __bool__(self) -> bool:
+        return bool(self._samples)
+
+    @property
+    def sizes(self) -> list[int]:
+        return sorted(self._samples)
+
+    def n_samples(self, n: int) -> int:
+        return len(self._samples.get(n, ()))
+
+    def age(self, n: int) -> int | None:
+        """Verifies since size n was last measured (None: never measured)."""
+        return None if n not in self._seen else self.n_observed - self._seen[n]
+
+    def uncertain(self, n: int) -> bool:
+        """Whether T(n) rests on few samples, on none (interpolated), or on old ones."""
+        age = self.age(n)
+        return age is None or self.n_samples(n) < MIN_SAMPLES or age > STALE_AFTER
+
+    def copy(self) -> "VerifyCurve":
+        other = VerifyCurve()
+        other._samples = {n: deque(s, maxlen=WINDOW) for n, s in self._samples.items()}
+        other._seen = dict(self._seen)
+        other._warmed = set(self._warmed)
+        other.n_observed = self.n_observed
+        other.level = self.level
+        other._residuals = deque(self._residuals, maxlen=LEVEL_WINDOW)
+        return other
+
+    # --- the estimate ----------------------------------------------------------------
+    def points(self) -> dict[int, float]:
+        """The monotone estimate at each measured size."""
+        xs = self.sizes
+        scale = math.exp(self.level)
+        return {n: t * scale for n, t in zip(xs, isotonic([self._samples[n] for n in xs]))}
+
+    def curve(self, n_max: int) -> np.ndarray:
+        """T(0..n_max) as an array (T(0) = 0; NaN where nothing is measured yet). Kept until
+        the next sample: the controller reads it every step, and a GPU step is milliseconds."""
+        if self._full is None or len(self._full) <= n_max:
+            size = max(n_max, CURVE_SIZE)
+            self._full = np.concatenate([[0.0], self._interpolate(np.arange(1, size + 1))])
+        return self._full[: n_max + 1]
+
+    def T(self, n: int) -> float:
+        return float(self.curve(n)[n]) if n >= 1 else 0.0
+
+    def _interpolate(self, ns: np.ndarray) -> np.ndarray:
+        pts = self.points()
+        if not pts:
+            return np.full(len(ns), np.nan)
+        xs = np.array(sorted(pts), dtype=float)
+        ys = np.array([pts[int(x)] for x in xs])
+        if len(xs) == 1:  # one size known: assume the worst, a compute-bound linear curve
+            return ys[0] * ns / xs[0]
+        out = np.interp(ns, xs, ys)
+        hi = ns > xs[-1]
+        slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
+        out[hi] = ys[-1] + slope * (ns[hi] - xs[-1])
+        lo = ns < xs[0]  # below the smallest measured size: proportional, never above it
+        out[lo] = ys[0] * ns[lo] / xs[0]
+        return np.maximum.accumulate(np.maximum(out, 1e-9))
+
+
+def isotonic(samples: Sequence[Sequence[float]]) -> list[float]:
+    """Non-decreasing fit to groups of samples, least absolute deviations (pool adjacent
+    violators with medians): a block of sizes that violates the order gets the median of all
+    their samples together, so one high size is outvoted by its neighbours instead of being
+    averaged into them."""
+    blocks: list[tuple[list[float], int]] = []  # (all samples of the block, sizes in it)
+    for group in samples:
+        blocks.append((sorted(group), 1))
+        while len(blocks) > 1 and median(blocks[-2][0]) > median(blocks[-1][0]):
+            (b, nb), (a, na) = blocks.pop(), blocks.pop()
+            blocks.append((sorted(a + b), na + nb))
+    return [median(values) for values, count in blocks for _ in range(count)]
+
+
+class DraftCost:
+    """Seconds per draft pass: the median of the recent passes (the catch-up pass after a
+    step reads the accepted tokens too, so single passes vary)."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self._samples: deque[float] = deque(maxlen=DRAFT_WINDOW)
+        self._value = 0.0
+        if seconds > 0:
+            self.observe(1, seconds)
+
+    @property
+    def seconds(self) -> float:
+        return self._value
+
+    def observe(self, n_evals: int, seconds: float) -> None:
+        if n_evals <= 0 or not seconds > 0:
+            return
+        self._samples.append(seconds / n_evals)
+        self._value = median(self._samples)
+
+    def copy(self) -> "DraftCost":
+        other = DraftCost()
+        other._samples = deque(self._samples, maxlen=DRAFT_WINDOW)
+        other._value = self._value
+        return other
+
+
+# --- calibration ---------------------------------------------------------------------------
+# Tuning choice: a short filled cache like a chat's (attention over it is part of a verify's
+# cost), of real text so the tokens are distinct and ordinary; 48 tokens keep the load fast.
+CALIBRATION_TEXT = (
+    "def merge_intervals(intervals):\n    \"\"\"Merge overlapping intervals and return them sorted.\"\"\"\n"
+    "    result = []\n    for start, end in sorted(intervals):\n        if result and start <= result[-1][1]:\n"
+    "            result[-1][1] = max(result[-1][1], end)\n        else:\n            result.append([start, end])\n"
+    "    return result\n\nThe function sorts the intervals by their start, then walks them once. "
+)
+CALIBRATION_PREFIX = 48
+
+
+def calibration_tokens(model: CachedModel, n: int) -> list[int]:
+    """``n`` ordinary, distinct-looking token ids of this model (its own tokenizer)."""
+    ids = [t for t in model.tokenize(CALIBRATION_TEXT, add_bos=False, special=False) if not model.is_eog(t)]
+    if not ids:
+        ids = list(range(1, min(model.n_vocab, 64)))
+    return [ids[i % len(ids)] for i in range(n)]
+
+
+def time_sizes(model: CachedModel, sizes: Iterable[int], repeats: int, prefix: int = CALIBRATION_PREFIX,
+               warmup: int = 0) -> dict[int, list[float]]:
+    """Seconds of one evaluation of n tokens with n logits rows, after ``prefix`` cached tokens
+    (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
+    untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
+    lands on different sizes in different rounds. The cache is restored."""
+    saved = list(model.cached)
+    sizes = [n for n in sizes if 1 <= n <= model.n_ctx]
+    prefix = max(0, min(prefix, model.n_ctx - max(sizes, default=1)))
+    tokens = calibration_tokens(model, prefix + max(sizes, default=1))
+    out: dict[int, list[float]] = {n: [] for n in sizes}
+    try:
+        model.truncate(0)
+        if prefix:
+            model.evaluate(tokens[:prefix], 1)
+        for r in range(warmup + repeats):
+            for n in sizes:
+                t0 = clock()
+                model.evaluate(tokens[prefix : prefix + n], n)
+                seconds = clock() - t0
+                model.truncate(prefix)
+                if r >= warmup:
+                    out[n].append(seconds)
+    finally:
+        model.sync(saved)
+    return out
+
+
+def calibrate(target: CachedModel, sizes: Sequence[int] = (1, 2, 3, 4, 6, 8), draft: CachedModel | None = None,
+              repeats: int = 3, prefix: int = CALIBRATION_PREFIX, warmup: int = 0) -> tuple[VerifyCurve, DraftCost]:
+    """The target's verify curve and the draft's pass time, measured here (see time_sizes).
+    No warm-up round by default: a first-use spike is one sample of three, which the median
+    ignores, and the load stays short (about 2.5 s for the Q4 1.5B target + 0.5B draft here)."""
+    curve = VerifyCurve()
+    for n, samples in time_sizes(target, sizes, repeats, prefix, warmup).items():
+        for s in samples:
+            curve.add(n, s)
+    draft_cost = DraftCost()
+    if draft is not None:
+        for s in time_sizes(draft, (1,), repeats, prefix, warmup).get(1, []):
+            draft_cost.observe(1, s)
+    return curve, draft_cost

@@ -1,0 +1,281 @@
+"""The controller: k from measured costs, probes and the measured guard, and convergence to the
+best k for the true cost curve on timed fakes (a virtual clock: the timings are exact)."""
+
+import numpy as np
+import pytest
+
+from fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits, oracle_greedy
+from localspec import costs as costs_module
+from localspec.controller import EXPLORE_EVERY, FIRST_PROBE, TRIAL_STEPS, CostModel, DraftController, expected_tokens, explain
+from localspec.costs import calibrate
+from localspec.drafters import NoDrafter
+from localspec.engine import SpeculativeEngine
+from localspec.sampling import SamplingParams
+
+V = 50
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+class TestChoice:
+    def test_backs_off_when_verify_is_expensive(self):
+        # compute-bound target: T(n) = n, drafting costs 0.3 per token, acceptance ~0.5
+        costs = CostModel(verify={n: float(n) for n in range(1, 18)}, t_draft=0.3)
+        c = DraftController(costs, max_k=8)
+        for _ in range(30):
+            c.observe(4, 2)
+        assert c.best().k == 0
+
+    def test_drafts_long_when_verify_is_cheap(self):
+        costs = CostModel(verify={1: 1.0, 2: 1.05, 4: 1.31, 8: 1.83, 16: 3.0}, t_draft=0.1)
+        c = DraftController(costs, max_k=16)
+        for _ in range(30):
+            c.observe(8, 8)
+            c.observe(8, 6)
+        choice = c.best()
+        assert 4 <= choice.k <= 16 and choice.predicted_speedup > 1.5
+
+    def test_speeds_match_the_scalar_formula(self):
+        ctl = DraftController(CostModel({1: 1.0, 2: 1.1, 4: 1.4, 8: 2.0}, t_draft=0.1), max_k=10)
+        assert ctl.speeds() == pytest.approx([ctl.speed(k) for k in range(11)])
+        assert ctl.speeds(1.0)[3] == pytest.approx(4 / (0.3 + ctl.costs.T(4)))
+
+
+class TestProbing:
+    def test_no_probes_when_even_perfect_drafts_cannot_pay(self):
+        # verify cost grows 1:1 with n and drafting is not free: no acceptance can win
+        costs = CostModel(verify={n: float(n) for n in range(1, 18)}, t_draft=0.3)
+        c = DraftController(costs, max_k=8)
+        assert all(c.choose().k == 0 for _ in range(300))
+
+    def test_probes_when_good_acceptance_would_pay(self):
+        costs = CostModel(verify={n: t for n, t in {1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}.items() for _ in range(3)},
+                          t_draft=0.15)
+        c = DraftController(costs, max_k=8)
+        for _ in range(40):
+            c.observe(4, 0)  # a run of bad drafts: k = 0 now looks best
+        assert c.best().k == 0
+        ks = [c.choose().k for _ in range(100)]
+        assert 0 < sum(k > 0 for k in ks) <= 4
+
+
+class TestMeasuredGuard:
+    CHEAP_VERIFY = {1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8, 17: 3.0}
+
+    def test_drafting_that_measures_slower_is_switched_off(self):
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        assert c.best().k > 0  # the model likes drafting...
+        for _ in range(6):
+            c.observe_rate(n_tokens=1, seconds=1.5)  # ...but each drafting step made 0.67 tok/s < 1
+        assert c.best().k == 0
+
+    def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        for _ in range(6):
+            c.observe_rate(1, 1.5)
+        ks = []
+        for _ in range(40):
+            choice = c.choose()
+            ks.append(choice.k)
+            if choice.k:
+                c.observe_rate(3, 1.0)  # this time drafting measures 3 tok/s
+        assert ks[0] == 0 and ks[-1] > 0 and c.drafting_pays()
+
+    def test_the_guard_switches_a_slow_drafter_off_in_the_engine(self, monkeypatch):
+        # the model believes drafting is nearly free, but every draft token really costs 3
+        # target passes: the measured guard must turn drafting off, and the text stays exact
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=21, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: 0.01 + 0.0001 * n)
+        slow = NoisyOracleDrafter(fn, alpha=0.9, clock=clock, t_draft=0.03)
+        c = DraftController(CostModel({n: 0.01 + 0.0001 * n for n in (1, 2, 4, 8)}, t_draft=0.0001), max_k=4)
+        c.costs.observe_draft = lambda n, s: None  # blind to the draft's real cost: only the guard can see it
+        steps = list(SpeculativeEngine(target, slow, c).generate(PROMPT, GREEDY, 80))
+        assert steps[0].k > 0  # the model liked drafting
+        assert sum(s.k == 0 for s in steps[-40:]) >= 32  # off, bar a trial of TRIAL_STEPS steps
+        plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), DraftController(CostModel({1: 1.0}), fixed_k=0))
+        assert [t for s in steps for t in s.emitted] == [t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted]
+
+
+# --- convergence on timed fakes -------------------------------------------------------------
+# True curves (seconds for a verify of n tokens), in the shapes seen on real machines.
+def gpu_like(n):  # flat to 8, then rising: a memory-bound target
+    return 0.010 * (1.0 + 0.01 * n if n <= 8 else 1.08 + 0.08 * (n - 8))
+
+
+def cpu_linear(n):  # compute-bound: every token costs most of a pass
+    return 0.010 * (0.3 + 0.7 * n)
+
+
+def f16_cpu(n):  # the direct measurement of the F16 1.5B target here (T(k)/T(1))
+    ratios = {1: 1.0, 2: 1.03, 3: 1.11, 4: 1.16, 5: 1.25, 6: 1.28, 8: 1.7, 9: 1.78, 12: 2.0, 16: 2.52}
+    xs = sorted(ratios)
+    return 0.16 * float(np.interp(n, xs, [ratios[x] for x in xs], right=2.52 + 0.13 * (n - 16)))
+
+
+def true_speeds(curve, alpha, t_draft, max_k):
+    ks = np.arange(max_k + 1)
+    return expected_tokens(alpha, ks) / (ks * t_draft + np.array([curve(k + 1) for k in ks]))
+
+
+def run_timed(monkeypatch, curve, alpha, t_draft, steps, max_k=8, calibration_curve=None,
+              slow_after=None, calibrate_sizes=(1, 2, 3, 4, 6, 8), first_use=1.0):
+    """Calibrate on ``calibration_curve`` (default: the true one), then generate; returns the
+    controller and each step's k. ``slow_after``: (call, factor) makes the target that much
+    slower from that evaluation on; ``first_use``: the first evaluation of each size costs
+    that many times more (a GPU building a graph, picking kernels)."""
+    clock = VirtualClock()
+    monkeypatch.setattr(costs_module, "clock", clock)
+    fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+    calibrating = [True]
+    used: set[int] = set()
+
+    def seconds(n, call):
+        spike = first_use if n not in used else 1.0
+        used.add(n)
+        if calibrating[0]:
+            return (calibration_curve or curve)(n) * spike
+        factor = slow_after[1] if slow_after and call >= slow_after[0] else 1.0
+        return curve(n) * factor * spike
+
+    target = TimedModel(fn, V, clock, seconds)
+    verify, _ = calibrate(target, calibrate_sizes)
+    calibrating[0] = False
+    target.calls = 0
+    ctl = DraftController(CostModel(verify, t_draft), max_k=max_k)
+    drafter = NoisyOracleDrafter(fn, alpha, clock, t_draft, seed=7)
+    run_timed.steps = list(SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, steps))
+    return ctl, [s.k for s in run_timed.steps]
+
+
+def good_enough(curve, alpha, t_draft, max_k, k):
+    """k is as good as the best, within 5 %, on the true curve."""
+    speeds = true_speeds(curve, alpha, t_draft, max_k)
+    return speeds[k] >= 0.95 * speeds.max()
+
+
+CASES = {
+    # name: (true curve, alpha, draft seconds per token)
+    "gpu_flat_to_8": (gpu_like, 0.9, 0.0005),
+    "cpu_linear": (cpu_linear, 0.8, 0.005),
+    "f16_cpu_here": (f16_cpu, 0.9, 0.033),
+}
+
+
+class TestConvergence:
+    """Within 300 tokens (about 100 steps, of which at most one in EXPLORE_EVERY measures a
+    size) the last 30 steps' k are as good as the best k for the true curve."""
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_converges_to_the_best_k(self, monkeypatch, case):
+        curve, alpha, t_draft = CASES[case]
+        ctl, ks = run_timed(monkeypatch, curve, alpha, t_draft, 300)
+        late = [k for k in ks[-30:]]
+        ok = [good_enough(curve, alpha, t_draft, 8, k) for k in late]
+        assert sum(ok) >= 27, (late, true_speeds(curve, alpha, t_draft, 8).round(1))
+
+    def test_the_compute_bound_cpu_is_not_drafted_on_when_drafting_cannot_pay(self, monkeypatch):
+        ctl, ks = run_timed(monkeypatch, cpu_linear, 0.6, 0.008, 200)
+        assert np.argmax(true_speeds(cpu_linear, 0.6, 0.008, 8)) == 0
+        assert sum(k == 0 for k in ks[-50:]) >= 47
+
+    def test_a_3x_calibration_spike_at_one_size_is_corrected(self, monkeypatch):
+        # every calibration sample of T(4) is 3x (a systematic first-use spike): the curve
+        # says drafting 3 is expensive; exploration must find out within a bounded number of steps
+        def spiked(n):
+            return 3 * gpu_like(n) if n == 4 else gpu_like(n)
+
+        ctl, ks = run_timed(monkeypatch, gpu_like, 0.9, 0.0005, 300, calibration_curve=spiked)
+        assert ctl.costs.T(4) == pytest.approx(gpu_like(4), rel=0.15)
+        assert sum(good_enough(gpu_like, 0.9, 0.0005, 8, k) for k in ks[-30:]) >= 27
+
+    def test_sizes_never_calibrated_are_measured_when_they_could_win(self, monkeypatch):
+        # calibrated only at 1 and 2: the linear extrapolation makes long drafts look costly
+        ctl, ks = run_timed(monkeypatch, gpu_like, 0.95, 0.0005, 400, calibrate_sizes=(1, 2))
+        assert ctl.costs.verify.n_samples(9) > 0  # k = 8 was tried
+        assert sum(good_enough(gpu_like, 0.95, 0.0005, 8, k) for k in ks[-30:]) >= 27
+
+    def test_first_use_spikes_of_every_size_on_a_gpu(self, monkeypatch):
+        # the first evaluation of every batch size is 20x slower, in calibration and after
+        ctl, ks = run_timed(monkeypatch, gpu_like, 0.9, 0.0005, 300, calibrate_sizes=(1, 2, 4), first_use=20.0)
+        assert sum(good_enough(gpu_like, 0.9, 0.0005, 8, k) for k in ks[-30:]) >= 27
+        for n in (1, 2, 4):
+            assert ctl.costs.T(n) == pytest.approx(gpu_like(n), rel=0.15)
+
+    def test_a_machine_that_slows_down_2x_mid_reply(self, monkeypatch):
+        # the target slows 2x after its 60th evaluation (the draft does not): long drafts pay more
+        def slowed(n):
+            return 2 * f16_cpu(n)
+
+        ctl, ks = run_timed(monkeypatch, f16_cpu, 0.9, 0.033, 400, slow_after=(60, 2.0))
+        assert ctl.costs.T(1) == pytest.approx(slowed(1), rel=0.15)
+        assert sum(good_enough(slowed, 0.9, 0.033, 8, k) for k in ks[-30:]) >= 27
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_exploration_is_rare(self, monkeypatch, case):
+        curve, alpha, t_draft = CASES[case]
+        run_timed(monkeypatch, curve, alpha, t_draft, 300, calibrate_sizes=(1, 2))
+        measured = [s.measured for s in run_timed.steps]
+        assert sum(m > 0 for m in measured) <= len(measured) / EXPLORE_EVERY + 1
+
+
+class TestOracleAgreesWithEngine:
+    def test_adaptive_text_is_the_target_s_own(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=5, n_vocab=V)
+        target = TimedModel(fn, V, clock, lambda n, call: gpu_like(n))
+        verify, _ = calibrate(target, (1, 2, 4, 8))
+        ctl = DraftController(CostModel(verify, 0.0005), max_k=8)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        got = [t for s in SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, 120) for t in s.emitted]
+        plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), DraftController(CostModel({1: 1.0}), fixed_k=0))
+        assert got == [t for s in plain.generate(PROMPT, GREEDY, 120) for t in s.emitted]
+
+
+class TestExplain:
+    """The drafting line: on with k and why, or off with the measured reason and what next."""
+
+    def test_compute_bound_cpu_is_off_for_good_with_the_numbers(self):
+        # the Q4 target on 2 cores: a draft pass 0.62 T(1), checking 2 tokens 1.9 passes
+        ctl = DraftController(CostModel({n: 0.05 * (0.1 + 0.9 * n) for n in range(1, 10)}, t_draft=0.031), max_k=8)
+        state = explain(ctl)
+        assert not state.on and state.k == 0 and state.next_try_in is None
+        assert state.draft_cost == pytest.approx(0.62) and state.verify_cost == pytest.approx(1.9)
+        assert state.line.startswith("off: a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 passes")
+        assert "not tried again" in state.line and state.expected_speedup < 1
+
+    def test_memory_bound_is_on_with_k_and_the_expected_gain(self):
+        ctl = DraftController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), max_k=8)
+        for _ in range(20):
+            ctl.observe(5, 5)
+        state = explain(ctl)
+        assert state.on and state.k > 1 and state.expected_speedup > 1.3
+        assert state.line.startswith(f"on: k={state.k}, expected ") and "a draft token costs 0.20" in state.line
+
+    def test_poor_acceptance_is_off_and_says_when_it_tries_again(self):
+        ctl = DraftController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), max_k=8)
+        for _ in range(40):
+            ctl.observe(4, 0)
+        ctl.choose()
+        state = explain(ctl)
+        assert not state.on and "at the measured acceptance (" in state.line
+        assert state.next_try_in == FIRST_PROBE - 1 and f"tries again in {FIRST_PROBE - 1} steps" in state.line
+
+    def test_the_guard_says_what_it_measured_and_a_try_that_pays_says_so(self):
+        ctl = DraftController(CostModel({1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8, 17: 3.0}, t_draft=0.1), max_k=8)
+        for _ in range(TRIAL_STEPS):
+            ctl.observe_rate(1, 1.5)
+        state = explain(ctl)
+        assert not state.on and "drafting measured 0.7 tok/s against 1.0 tok/s for the target alone" in state.line
+        for _ in range(200):  # wait for the next trial, which measures 3 tok/s
+            if ctl.choose().k:
+                ctl.observe_rate(3, 1.0)
+            if ctl.drafting_pays() and ctl._n_realized >= TRIAL_STEPS:
+                break
+        assert explain(ctl).on and "a try found drafting pays again" in explain(ctl).line
+
+    def test_fixed_and_target_alone(self):
+        assert explain(DraftController(CostModel({1: 1.0}), fixed_k=0)).line == "off: the target alone (no draft mode chosen)"
+        assert explain(DraftController(CostModel({1: 1.0}), 8, fixed_k=5)).line == "on: k=5 every step (fixed: --no-adapt)"

@@ -1,0 +1,118 @@
+"""Per-machine cost profiles: the store, what is expected from them, and a session keeping them."""
+
+import json
+
+import pytest
+
+from localspec.profiles import (ASSUMED_ALPHA, Profile, ProfileStore, Use, expected, machine_id, model_key,
+                                options_here, recommend)
+from localspec.sampling import SamplingParams
+from localspec.session import LoadOptions, PairSpec, Session
+from tiny_gguf import write_tiny_gguf
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class TestStore:
+    def test_round_trip_and_use_adds_up(self, tmp_path):
+        store = ProfileStore(tmp_path / "p.json")
+        store.update("k", tmp_path / "t.gguf", verify={1: 0.1, 2: 0.11}, use={"none": Use(10, 1.0)})
+        p = store.update("k", tmp_path / "t.gguf", use={"none": Use(20, 2.0, 0, 0)})
+        assert p.verify == {1: 0.1, 2: 0.11} and p.use["none"] == Use(30, 3.0, 0, 0)
+        again = ProfileStore(tmp_path / "p.json").get("k")
+        assert again == p and again.measured
+
+    def test_a_damaged_file_is_set_aside_and_started_again(self, tmp_path):
+        path = tmp_path / "p.json"
+        path.write_text("{not json")
+        store = ProfileStore(path)
+        assert store.load() == {} and "set aside" in store.warning
+        assert list(tmp_path.glob("p.json.bad-*"))
+        store.update("k", tmp_path / "t.gguf", verify={1: 0.1})
+        assert json.loads(path.read_text())["k"]["verify"] == {"1": 0.1}
+
+    def test_the_key_changes_with_the_file_and_the_machine(self, tmp_path):
+        f = tmp_path / "m.gguf"
+        f.write_bytes(b"x")
+        a = model_key(f, machine_id("build-1"), 2, 0)
+        assert a == model_key(f, machine_id("build-1"), 2, 0)
+        assert a != model_key(f, machine_id("build-2"), 2, 0)
+        assert a != model_key(f, machine_id("build-1"), 4, 0)
+        assert a != model_key(f, machine_id("build-1"), 2, 10)
+        f.write_bytes(b"xy")
+        assert a != model_key(f, machine_id("build-1"), 2, 0)
+
+
+class TestExpected:
+    # the F16 target and the 0.5B draft on this CPU, roughly
+    TARGET = Profile("t", "2026-12-01", verify={1: 0.16, 2: 0.165, 4: 0.186, 8: 0.27})
+    DRAFT = Profile("d", "2026-12-01", draft_pass=0.033)
+
+    def test_target_alone_is_one(self):
+        e = expected(self.TARGET, "none")
+        assert e.speedup == 1.0 and e.tokens_per_second == pytest.approx(6.25)
+
+    def test_a_draft_never_used_comes_from_the_cost_model_with_an_assumed_acceptance(self):
+        e = expected(self.TARGET, "d", self.DRAFT)
+        assert 1.2 < e.speedup < 2.5 and f"assumed acceptance {ASSUMED_ALPHA:.0%}" in e.label
+        assert e.label.startswith(f"expected {e.speedup:.2f}× · ")
+
+    def test_use_wins_over_the_model(self):
+        t = Profile("t", "2026-12-01", verify={1: 0.1}, use={"d": Use(100, 5.0, 80, 70)})
+        e = expected(t, "d", self.DRAFT)
+        assert e.tokens_per_second == pytest.approx(20.0) and e.speedup == pytest.approx(2.0)
+        assert "measured in use over 100 tokens" in e.label
+
+    def test_lookup_unknown_until_used_and_nothing_without_a_curve(self):
+        assert expected(self.TARGET, "lookup") is None
+        assert expected(Profile("t", ""), "none") is None
+
+    def test_drafting_that_cannot_pay_is_expected_at_one(self):
+        cpu = Profile("t", "x", verify={n: 0.07 * n for n in (1, 2, 4, 8)})
+        assert expected(cpu, "d", Profile("d", "x", draft_pass=0.04)).speedup == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf")
+    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+
+
+class TestSessionKeepsProfiles:
+    def test_load_measures_and_close_adds_the_use(self, pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = Session.load(PairSpec(pair[0], pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        target_key = model_key(pair[0], s.machine, 1, s.offload.target_layers)
+        draft_key = model_key(pair[1], s.machine, 1, s.offload.draft_layers)
+        assert set(store.get(target_key).verify) >= {1, 2, 4, 8}
+        assert store.get(draft_key).draft_pass > 0
+        steps = list(s.chat([{"role": "user", "content": "hello"}], GREEDY, 12))
+        s.close()
+        use = store.get(target_key).use[str(pair[1].resolve())]
+        assert use.tokens == sum(len(x.emitted) for x in steps) and use.seconds > 0
+        assert use.drafted == sum(len(x.drafted) for x in steps)
+
+    def test_no_store_no_file(self, pair, tmp_path):
+        s = Session.load(PairSpec(pair[0]), LoadOptions(n_ctx=512, threads=1))
+        s.close()
+        assert not list(tmp_path.rglob("profiles.json"))
+
+
+class TestRecommendation:
+    def test_honest_about_absolute_speed(self):
+        machine = "m1"
+        q4 = Profile("/m/q4.gguf", "2026-12-01", verify={1: 0.07, 2: 0.10, 4: 0.12})
+        f16 = Profile("/m/f16.gguf", "2026-12-01", verify={1: 0.16, 2: 0.165}, use={"/m/d.gguf": Use(200, 20.0, 150, 140)})
+        other = Profile("/m/x.gguf", "2026-12-01", verify={1: 0.01})  # another machine's
+        profiles = {f"/m/q4.gguf|1|2|{machine}|tNone|g0": q4, f"/m/f16.gguf|1|2|{machine}|tNone|g0": f16,
+                    "/m/x.gguf|1|2|m2|tNone|g0": other}
+        options = options_here(profiles, machine)
+        assert {(o.target, o.how) for o in options} == {("/m/q4.gguf", "none"), ("/m/f16.gguf", "none"),
+                                                       ("/m/f16.gguf", "/m/d.gguf")}
+        text = recommend(options)
+        assert text.startswith("fastest here: q4.gguf alone (14.3 tok/s expected)")
+        assert "f16.gguf with the draft d.gguf speculates at 1.60× but is still slower (10.0 tok/s)" in text
+
+    def test_nothing_measured_nothing_said(self):
+        assert recommend([]) is None
