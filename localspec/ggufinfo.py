@@ -14,9 +14,11 @@ stop before the tensor data. The tests check that both readers agree.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +145,9 @@ def split_parts(path: Path, meta: dict) -> list[Path]:
 
 
 def _read(path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, Any], int, int]:
+    not_file = not_a_file(path)  # before open(): opening a FIFO blocks until a writer comes
+    if not_file:
+        raise GgufError(f"{path}: {not_file}")
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -152,16 +157,43 @@ def _read(path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, An
                 raise GgufTruncated(f"{path}: cannot read it as GGUF: it has only {size} bytes")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                 try:
-                    return _parse(m, path, sizes)
+                    meta, n_params, data_end = _parse(m, path, sizes)
+                except _Damaged as e:
+                    raise GgufError(f"{path}: cannot read it as GGUF: {e}: the file is damaged") from None
                 except (ValueError, struct.error, IndexError) as e:
                     raise GgufTruncated(
                         f"{path}: cannot read it as GGUF: it ends inside its header ({e})") from None
     except OSError as e:
-        if not path.exists():
-            raise GgufError(f"{path}: no such file") from None
-        if path.is_dir():
-            raise GgufError(f"{path}: is a directory, not a GGUF file") from None
-        raise GgufError(f"{path}: cannot read it as GGUF ({e})") from None
+        raise GgufError(f"{path}: cannot read it as GGUF ({e.strerror or e})") from None
+    check_metadata(meta, path)
+    return meta, n_params, data_end
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` is not a model file we can read ('no such file', 'is a directory', 'is a
+    character device, ...'), or None for a regular file (symlinks followed)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISSOCK, "a socket"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return f"is {kind}, not a GGUF file"
+
+
+# llama.cpp's limits (gguf.cpp, llama-hparams.h): a header beyond them is damaged, and
+# reading it as asked (a 2^60-element array, 2^60 layers) would exhaust memory
+GGML_MAX_DIMS = 4
+LLAMA_MAX_LAYERS = 512
+# Tuning choice: the largest string array we read (Gemma 3 has 262k tokens, merges are of the
+# same order); 2^24 empty strings are ~0.7 GB of Python objects, the worst a crafted file gets
+MAX_ARRAY_STRINGS = 2**24
 
 
 def _parse(buf, path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, Any], int, int]:
@@ -171,23 +203,33 @@ def _parse(buf, path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[s
     version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
     if version not in (2, 3):
         raise GgufError(f"{path}: unsupported GGUF version {version} (or a big-endian file)")
+    # each entry takes at least 13 bytes (key length, type, a 1-byte value) and each tensor
+    # 24; counts the file cannot hold would only run the loops below to the end of it
+    if n_kv * 13 + n_tensors * 24 > len(buf):
+        raise ValueError(f"its header lists {n_kv:,} metadata entries and {n_tensors:,} tensors, "
+                         f"more than {len(buf):,} bytes can hold")
     reader = _Cursor(buf, 24)
     meta = {}
     for _ in range(n_kv):
         key = reader.string().decode("utf-8", "replace")
-        meta[key] = reader.value(T(reader.unpack("<I")))
+        meta[key] = reader.value(reader.unpack("<I"), key)
     n_params = end = 0
-    for _ in range(n_tensors):
+    for i in range(n_tensors):
         name = reader.string()
         n_dims = reader.unpack("<I")
+        if n_dims > GGML_MAX_DIMS:
+            raise GgufError(f"{path}: tensor {i} has {n_dims} dimensions; GGUF allows at most "
+                            f"{GGML_MAX_DIMS}: the file is damaged")
         dims = struct.unpack_from(f"<{n_dims}Q", buf, reader.pos)
         reader.pos += 8 * n_dims
         ggml_type, offset = reader.unpack("<I"), reader.unpack("<Q")
-        n_params += int(np.prod(dims, dtype=np.int64))
+        n_params += math.prod(dims)
         end = max(end, offset + _tensor_bytes(ggml_type, dims))
         if sizes is not None:
             sizes[name.decode("utf-8", "replace")] = _tensor_bytes(ggml_type, dims)
-    align = int(meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
+    align = meta.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
+    if not _is_int(align) or align <= 0 or align & (align - 1):
+        raise GgufError(f"{path}: general.alignment is {align!r}, not a power of two: the file is damaged")
     return meta, n_params, -(-reader.pos // align) * align + end
 
 
@@ -201,6 +243,10 @@ def _tensor_bytes(ggml_type: int, dims) -> int:
     for d in dims:
         n *= int(d)
     return n // block * type_size
+
+
+class _Damaged(ValueError):
+    """A header value no GGUF writer produces (as opposed to one cut short)."""
 
 
 class _Cursor:
@@ -220,17 +266,85 @@ class _Cursor:
         self.pos += n
         return s
 
-    def value(self, vtype: T):
+    def value(self, vtype: int, key: str):
         if vtype == T.STRING:
             return self.string()
-        if vtype != T.ARRAY:
+        if vtype in _SCALARS:
             return self.unpack(_SCALARS[vtype])
-        etype, n = T(self.unpack("<I")), self.unpack("<Q")
+        if vtype != T.ARRAY:
+            raise _Damaged(f"{key!r} has an unknown value type {vtype}")
+        etype, n = self.unpack("<I"), self.unpack("<Q")
         if etype in _NUMPY:
             arr = np.frombuffer(self.buf, dtype=_NUMPY[etype], count=n, offset=self.pos)
             self.pos += arr.nbytes
             return arr.copy()
-        return [self.value(etype) for _ in range(n)]
+        if etype != T.STRING:  # llama.cpp reads no arrays of arrays either
+            raise _Damaged(f"{key!r} is an array of {'arrays' if etype == T.ARRAY else f'type {etype}'}")
+        if n > min(MAX_ARRAY_STRINGS, (len(self.buf) - self.pos) // 8):
+            raise ValueError(f"{key!r} lists {n:,} strings, more than the file holds")
+        return [self.string() for _ in range(n)]
+
+
+# The keys this module and preflight interpret, and what llama.cpp accepts in them ("{arch}"
+# is the file's architecture). A value of another type would make the readers here fail with
+# a TypeError instead of a message; llama.cpp refuses such files at load ("wrong type").
+_UINT, _UINTS, _TEXT, _TEXTS, _FLAG = "a whole number ≥ 0", "whole numbers", "text", "a list of texts", "true/false"
+_UINT_LIST = "a list of whole numbers"
+_SCHEMA = {
+    "general.architecture": _TEXT, "general.name": _TEXT, "general.size_label": _TEXT,
+    "general.file_type": _UINT, "split.count": _UINT,
+    "{arch}.context_length": _UINT, "{arch}.block_count": _UINT, "{arch}.embedding_length": _UINT,
+    "{arch}.attention.head_count": _UINTS, "{arch}.attention.head_count_kv": _UINTS,
+    "{arch}.attention.key_length": _UINT, "{arch}.attention.value_length": _UINT,
+    "tokenizer.ggml.model": _TEXT, "tokenizer.ggml.pre": _TEXT, "tokenizer.ggml.tokens": _TEXTS,
+    "tokenizer.ggml.token_type": _UINT_LIST, "tokenizer.ggml.bos_token_id": _UINT,
+    "tokenizer.ggml.eos_token_id": _UINT, "tokenizer.ggml.add_bos_token": _FLAG,
+    "tokenizer.ggml.add_eos_token": _FLAG,
+}
+
+
+def check_metadata(meta: dict[str, Any], path: Path) -> None:
+    """GgufError naming the first key whose value is not of the kind llama.cpp reads there,
+    or outside llama.cpp's limits (more than 512 layers)."""
+    arch = meta.get("general.architecture", b"")
+    arch = arch.decode("utf-8", "replace") if isinstance(arch, bytes) else ""
+    for pattern, kind in _SCHEMA.items():
+        key = pattern.replace("{arch}", arch)
+        if key in meta and not _is_kind(meta[key], kind):
+            raise GgufError(f"{path}: metadata {key} should be {kind}, not {_describe(meta[key])}: "
+                            "the file is damaged or was written by a broken converter")
+    n_layer = meta.get(f"{arch}.block_count", 0)
+    if n_layer > LLAMA_MAX_LAYERS:  # read_model_layout makes a list of this length
+        raise GgufError(f"{path}: metadata {arch}.block_count gives {n_layer:,} layers; llama.cpp "
+                        f"supports at most {LLAMA_MAX_LAYERS}: the file is damaged")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_kind(v, kind: str) -> bool:
+    if kind == _UINT:
+        return _is_int(v) and v >= 0
+    if kind in (_UINTS, _UINT_LIST):
+        if not isinstance(v, np.ndarray):  # _UINTS: one per layer, or one for all
+            return kind == _UINTS and _is_int(v) and v >= 0
+        if v.size == 0:  # nothing to take the largest of
+            return kind == _UINT_LIST
+        return v.dtype.kind in "iu" and int(v.min()) >= 0
+    if kind == _TEXT:
+        return isinstance(v, bytes)
+    if kind == _TEXTS:
+        return isinstance(v, list) and all(isinstance(t, bytes) for t in v)
+    return isinstance(v, (bool, int))  # _FLAG: llama.cpp reads a bool; 0/1 from old writers
+
+
+def _describe(v) -> str:
+    if isinstance(v, np.ndarray):
+        return f"an array of {v.size} {v.dtype}"
+    if isinstance(v, list):
+        return f"a list of {len(v)} values"
+    return f"{type(v).__name__} {v!r}"[:80]
 
 
 def read_info(path: Path | str) -> GgufInfo:

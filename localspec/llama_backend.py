@@ -9,7 +9,6 @@ recomputed rows) and that is what makes it slower than no speculation at all.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -20,7 +19,8 @@ import llama_cpp as L
 
 from .compat import VocabInfo
 from .offload import DEVICE_TYPES, Device
-from .protocol import CachedModel
+from .options import clamp_threads
+from .protocol import CachedModel, ContextFull
 
 _VOCAB_TYPES = {
     L.LLAMA_VOCAB_TYPE_NONE: "none",
@@ -33,11 +33,24 @@ _VOCAB_TYPES = {
 _SPECIAL_ATTRS = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
 N_BATCH = 512  # tokens per llama_decode call; prompts longer than this go in chunks
 MAX_LOGIT_ROWS = 64  # most logits rows one evaluation may ask for (verify of k <= 63)
+# llama.cpp allocates at least this many KV cells (GGML_PAD(n_ctx, 256)) and caps n_batch at
+# the n_ctx it is *asked* for; asking for at least this much keeps n_batch >= 256, above any
+# verify (options.MAX_DRAFT + 1 rows), while our own n_ctx stays the one the caller asked for
+MIN_LLAMA_CTX = 256
 _backend_ready = False
 
 
 class ModelLoadError(Exception):
     pass
+
+
+class BackendError(RuntimeError):
+    """llama.cpp failed, or a call would have reached one of its asserts (which abort the
+    process); the message names the model and what was wrong."""
+
+
+class ChatTemplateError(ValueError):
+    """The model's own chat template failed to render the conversation."""
 
 
 def supports_gpu_offload() -> bool:
@@ -152,9 +165,10 @@ def _init_backend(verbose: bool) -> None:
         _backend_ready = True
 
 
-def _chunks(n: int, n_logits: int) -> list[tuple[int, int]]:
-    """Batches of at most N_BATCH tokens, the last one holding every row that needs logits."""
-    bounds = list(range(0, n, N_BATCH)) + [n]
+def _chunks(n: int, n_logits: int, n_batch: int = N_BATCH) -> list[tuple[int, int]]:
+    """Batches of at most n_batch tokens, the last one holding every row that needs logits
+    (so n_logits <= n_batch: llama.cpp asserts n_tokens <= n_batch in llama_decode)."""
+    bounds = list(range(0, n, n_batch)) + [n]
     if len(bounds) > 2 and n - bounds[-2] < n_logits:
         bounds[-2] = n - n_logits
     return list(zip(bounds[:-1], bounds[1:]))
@@ -173,6 +187,10 @@ class LlamaModel(CachedModel):
         self._mem = L.llama_get_memory(ctx)
         self.n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
         self.n_ctx = n_ctx
+        self.n_ctx_train = int(L.llama_model_n_ctx_train(model))
+        # what llama.cpp made of our request (it caps n_batch at the n_ctx asked for, and
+        # asserts n_tokens <= n_batch in every llama_decode): each decode is chunked by this
+        self.n_batch = min(int(L.llama_n_batch(ctx)), N_BATCH)
         self._batch = L.llama_batch_init(N_BATCH, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
@@ -180,47 +198,33 @@ class LlamaModel(CachedModel):
     @classmethod
     def load(cls, path: Path | str, n_ctx: int = 4096, threads: int | None = None,
              gpu_layers: int | None = None, verbose: bool = False) -> "LlamaModel":
+        """``n_ctx`` is capped at the model's trained context; ``threads`` at this machine's
+        CPUs (more make llama.cpp's workers spin-wait on each other)."""
         path = Path(path)
-        if not path.is_file():
-            raise ModelLoadError(f"{path}: no such file")
+        if not path.is_file():  # also a device or a FIFO, which llama.cpp would block on
+            why = "no such file" if not path.exists() else "not a regular file"
+            raise ModelLoadError(f"{path}: {why}")
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be at least 1 (got {n_ctx})")
         _init_backend(verbose)
-        mparams = L.llama_model_default_params()
-        if gpu_layers is None:
-            gpu_layers = -1 if supports_gpu_offload() else 0
-        mparams.n_gpu_layers = 999 if gpu_layers < 0 else gpu_layers
-        # Read the weights instead of mmapping them: llama.cpp repacks Q4_K tensors into a
-        # CPU-friendly layout, and with mmap the original pages stay resident as well (RSS was
-        # file + 53 % for the Q4 1.5B target; read in, it is file + KV cache + 10 %).
-        mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
-        _recent_errors.clear()
-        model = L.llama_model_load_from_file(str(path).encode(), mparams)
-        if not model:
-            why = "; ".join(e for e in _recent_errors if e) or "not a GGUF it supports"
-            raise ModelLoadError(f"{path}: llama.cpp could not load this file ({why})")
+        model = _load_model(path, gpu_layers)
+        if L.llama_vocab_type(L.llama_model_get_vocab(model)) == L.LLAMA_VOCAB_TYPE_NONE:
+            L.llama_model_free(model)  # tokenizing would abort in llama.cpp
+            raise ModelLoadError(f"{path}: the file has no tokenizer (vocabulary); localspec "
+                                 "needs a model with its tokenizer")
         n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
-        cparams = L.llama_context_default_params()
-        cparams.n_ctx = n_ctx
-        cparams.n_batch = N_BATCH
-        cparams.n_ubatch = N_BATCH
-        cparams.n_seq_max = 1
-        # logits rows per batch: a verify needs k+1 <= 33; the default (n_batch) makes
-        # llama.cpp reserve n_batch x n_vocab floats (311 MB for a 152k vocabulary)
-        cparams.n_outputs_max = MAX_LOGIT_ROWS
-        n_threads = threads or max(1, os.cpu_count() or 1)
-        cparams.n_threads = n_threads
-        cparams.n_threads_batch = n_threads
-        cparams.no_perf = True
-        ctx = L.llama_init_from_model(model, cparams)
+        ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads))
         if not ctx:
             L.llama_model_free(model)
             raise ModelLoadError(f"{path}: could not create a context of {n_ctx} tokens (out of memory?)")
-        return cls(path, model, ctx, int(L.llama_n_ctx(ctx)))
+        return cls(path, model, ctx, min(n_ctx, int(L.llama_n_ctx(ctx))))
 
     # --- the two primitives --------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
+        self._check_decode(tokens, start, n_logits)
         b = self._batch
         n = len(tokens)
-        for lo, hi in _chunks(n, n_logits):
+        for lo, hi in _chunks(n, n_logits, self.n_batch):
             first_row = n - n_logits  # tokens from here on need logits
             for i, t in enumerate(tokens[lo:hi]):
                 b.token[i] = t
@@ -233,15 +237,35 @@ class LlamaModel(CachedModel):
             if rc != 0:
                 # a failed decode may leave part of the batch in the cache: drop it
                 L.llama_memory_seq_rm(self._mem, 0, start, -1)
-                raise RuntimeError(f"llama_decode failed ({rc}) at position {start + lo}")
-        m = b.n_tokens
-        # views of llama.cpp's logits buffer: valid until the next decode, no copies
-        return [
-            np.ctypeslib.as_array(L.llama_get_logits_ith(self._ctx, m - n_logits + j), shape=(self.n_vocab,))
-            for j in range(n_logits)
-        ]
+                raise BackendError(f"{self.name}: llama_decode failed ({rc}) at position {start + lo}")
+        return [self._logits(b.n_tokens - n_logits + j) for j in range(n_logits)]
+
+    def _logits(self, row: int) -> np.ndarray:
+        """A view of llama.cpp's logits buffer: valid until the next decode, no copy."""
+        ptr = L.llama_get_logits_ith(self._ctx, row)
+        if not ptr:  # an embedding-only model has no logits
+            raise BackendError(f"{self.name}: llama.cpp returned no logits (not a text-generation model?)")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def _check_decode(self, tokens: Sequence[int], start: int, n_logits: int) -> None:
+        """What llama_decode would assert on (or reject with a log line only), as exceptions:
+        rows with logits within the batch and the reserved outputs, positions within the
+        context, token ids within the vocabulary."""
+        n = len(tokens)
+        if not 1 <= n_logits <= min(n, self.n_batch, MAX_LOGIT_ROWS):
+            raise BackendError(f"{self.name}: {n_logits} logit rows asked for {n} tokens; one "
+                               f"evaluation gives 1 to {min(self.n_batch, MAX_LOGIT_ROWS)}")
+        if start < 0 or start + n > self.n_ctx:
+            raise ContextFull(f"{self.name}: positions {start}..{start + n - 1} are outside the "
+                              f"context of {self.n_ctx} tokens")
+        ids = np.asarray(tokens, dtype=np.int64)
+        bad = ids[(ids < 0) | (ids >= self.n_vocab)]
+        if bad.size:
+            raise BackendError(f"{self.name}: token id {int(bad[0])} is outside the vocabulary "
+                               f"(0..{self.n_vocab - 1})")
 
     def _remove(self, start: int) -> None:
+        start = max(0, start)  # p0 < 0 would mean "from the first position" to llama.cpp too
         if not L.llama_memory_seq_rm(self._mem, 0, start, -1):
             # recurrent/hybrid caches cannot drop a tail: start over from the kept tokens
             kept = self.cached[:start]
@@ -253,7 +277,11 @@ class LlamaModel(CachedModel):
 
     # --- tokens ------------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
+        data = text.encode("utf-8", errors="replace")  # lone surrogates from a bad paste
+        if len(data) > _MAX_TEXT_BYTES:
+            raise BackendError(f"the text is {len(data):,} bytes; llama.cpp tokenizes at most "
+                               f"{_MAX_TEXT_BYTES:,} at once")
+        add_bos = add_bos and self._can_add_special()
         cap = len(data) + 16
         buf = (L.llama_token * cap)()
         n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
@@ -263,7 +291,22 @@ class LlamaModel(CachedModel):
             n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
         return list(buf[:n])
 
+    def _can_add_special(self) -> bool:
+        """llama.cpp asserts when asked to add a BOS, EOS or SEP token the model asks for but
+        does not have (an id out of its vocabulary is disabled at load): then add none."""
+        v = self._vocab
+        wanted = ((L.llama_vocab_get_add_bos, L.llama_vocab_bos),
+                  (L.llama_vocab_get_add_eos, L.llama_vocab_eos),
+                  (L.llama_vocab_get_add_sep, L.llama_vocab_sep))
+        return all(not add(v) or token(v) != L.LLAMA_TOKEN_NULL for add, token in wanted)
+
+    def _check_id(self, token: int) -> None:
+        # llama.cpp looks ids up with std::vector::at: out of range it throws through C and aborts
+        if not 0 <= token < self.n_vocab:
+            raise BackendError(f"{self.name}: token id {token} is outside the vocabulary (0..{self.n_vocab - 1})")
+
     def token_bytes(self, token: int) -> bytes:
+        self._check_id(token)
         n = L.llama_token_to_piece(self._vocab, token, self._piece, len(self._piece), 0, False)
         if n < 0:
             big = ctypes.create_string_buffer(-n)
@@ -275,6 +318,7 @@ class LlamaModel(CachedModel):
         return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
 
     def token_text(self, token: int) -> bytes:
+        self._check_id(token)
         return L.llama_vocab_get_text(self._vocab, token) or b""
 
     def vocab_info(self) -> VocabInfo:
@@ -307,11 +351,16 @@ class LlamaModel(CachedModel):
             out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
             return out + "<|im_start|>assistant\n"
         piece = lambda tok: self.token_text(tok).decode("utf-8", "replace") if tok >= 0 else ""
-        fmt = Jinja2ChatFormatter(
-            template, eos_token=piece(L.llama_vocab_eos(self._vocab)),
-            bos_token=piece(L.llama_vocab_bos(self._vocab)),
-        )
-        return fmt(messages=list(messages)).prompt
+        try:
+            fmt = Jinja2ChatFormatter(
+                template, eos_token=piece(L.llama_vocab_eos(self._vocab)),
+                bos_token=piece(L.llama_vocab_bos(self._vocab)),
+            )
+            return fmt(messages=list(messages)).prompt
+        except Exception as e:  # the template is the file's code: any Jinja error, any exception
+            raise ChatTemplateError(
+                f"{self.name}: the model's chat template failed ({type(e).__name__}: {e}); "
+                "use --raw to send the text as it is, or another GGUF of the model") from None
 
     def describe(self) -> str:
         buf = ctypes.create_string_buffer(256)
@@ -334,6 +383,44 @@ class LlamaModel(CachedModel):
             self.close()
         except Exception:
             pass
+
+
+# llama_tokenize takes the text length as int32
+_MAX_TEXT_BYTES = 2**31 - 1
+
+
+def _load_model(path: Path, gpu_layers: int | None):
+    mparams = L.llama_model_default_params()
+    if gpu_layers is None:
+        gpu_layers = -1 if supports_gpu_offload() else 0
+    mparams.n_gpu_layers = 999 if gpu_layers < 0 else min(gpu_layers, 2**31 - 1)
+    # Read the weights instead of mmapping them: llama.cpp repacks Q4_K tensors into a
+    # CPU-friendly layout, and with mmap the original pages stay resident as well (RSS was
+    # file + 53 % for the Q4 1.5B target; read in, it is file + KV cache + 10 %).
+    mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
+    _recent_errors.clear()
+    model = L.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        why = "; ".join(e for e in _recent_errors if e) or "not a GGUF it supports"
+        raise ModelLoadError(f"{path}: llama.cpp could not load this file ({why})")
+    return model
+
+
+def _context_params(n_ctx: int, threads: int | None):
+    cparams = L.llama_context_default_params()
+    # n_batch = min(n_ctx asked, n_batch) in llama.cpp: ask for the cells it allocates anyway
+    cparams.n_ctx = max(n_ctx, MIN_LLAMA_CTX)
+    cparams.n_batch = N_BATCH
+    cparams.n_ubatch = N_BATCH
+    cparams.n_seq_max = 1
+    # logits rows per batch: a verify needs k+1 <= 33; the default (n_batch) makes
+    # llama.cpp reserve n_batch x n_vocab floats (311 MB for a 152k vocabulary)
+    cparams.n_outputs_max = MAX_LOGIT_ROWS
+    n_threads, _ = clamp_threads(threads)
+    cparams.n_threads = n_threads
+    cparams.n_threads_batch = n_threads
+    cparams.no_perf = True
+    return cparams
 
 
 # --- quantizing ----------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Checks on a model file before llama.cpp sees it, so each way a file can be wrong gets one
 clear message instead of llama.cpp's "failed to load model" (or the kernel's OOM killer).
 
-In order: the path exists and is a file; it starts with the GGUF magic; the file is as long as
-its header says (a download cut short is the usual cause of a truncated file); the
-architecture is one this build of llama.cpp knows; and the model fits in memory.
+In order: the path exists and is a regular file (not a directory, a device or a FIFO); it
+starts with the GGUF magic; its header reads, with values of the types llama.cpp expects; the
+file is as long as its header says (a download cut short is the usual cause of a truncated
+file); the architecture is one this build of llama.cpp knows; it has a tokenizer; and the
+model fits in memory.
 
 Memory estimate (host RAM, the share of layers not offloaded to a GPU):
     weights (file size) + KV cache + 10% compute buffers, where
@@ -28,6 +30,9 @@ from .ggufinfo import _kv_bytes_per_token
 # that would load.
 COMPUTE_OVERHEAD = 0.10
 GB = 1e9
+# A header describing tensors past this is damaged, not cut short: the largest published GGUFs
+# are under 1 TB, and no disk holds 2^50 bytes (1 PiB) in one file
+MAX_MODEL_BYTES = 2**50
 
 # LLM_ARCH_NAMES from vendor/llama.cpp/src/llama-arch.cpp in llama-cpp-python 0.3.36 (the
 # version pyproject pins), less "clip" (a dummy for llama-quantize: mmproj files) and
@@ -98,13 +103,19 @@ def check_model_files(paths: Sequence[Path | str], n_ctx: int,
 
 def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo:
     """Every check but memory."""
-    if not path.exists():
+    not_file = ggufinfo.not_a_file(path)
+    if not_file == "no such file":
         raise ModelFileError(f"{path}: no such file. Check the path; `localspec models list` shows "
                              "the models on disk.")
-    if not path.is_file():
-        raise ModelFileError(f"{path}: is a directory, not a GGUF model file.")
+    if not_file:  # a directory, a device, a FIFO: reading one could block or never end
+        raise ModelFileError(f"{path}: {not_file.replace('GGUF file', 'GGUF model file')}.")
     meta, needed = read_layout(path)
     size = path.stat().st_size
+    if size < needed and needed > MAX_MODEL_BYTES:
+        raise ModelFileError(
+            f"{path}: the header is damaged: its tensors would take {needed:,} bytes, more than any "
+            "model. Download the file again, or a GGUF build from another source."
+        )
     if size < needed:
         raise ModelFileError(
             f"{path}: the file is truncated: it has {size:,} bytes but its header describes "
@@ -113,6 +124,7 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
         )
     arch = _text(meta.get("general.architecture", b""))
     check_architecture(path, arch)
+    check_tokenizer(path, meta)
     n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
     model_ctx = int(meta.get(f"{arch}.context_length", 0) or 0)
     n_ctx = min(n_ctx, model_ctx) if model_ctx else n_ctx  # llama.cpp caps it the same way
@@ -133,6 +145,15 @@ def check_architecture(path: Path, arch: str) -> None:
             "build (llama-cpp-python 0.3.36). Use a model of a supported architecture (llama, "
             "qwen2, qwen3, gemma3, phi3, mistral3, ...), or a newer localspec."
         )
+
+
+def check_tokenizer(path: Path, meta: dict) -> None:
+    """llama.cpp loads a file without a vocabulary (tokenizer model 'no_vocab') and then
+    aborts on the first tokenize: refuse it here. No tokenizer model at all fails its load."""
+    model = _text(meta.get("tokenizer.ggml.model", b""))
+    if model in ("", "no_vocab", "none") or not meta.get("tokenizer.ggml.tokens"):
+        raise ModelFileError(f"{path}: the file has no tokenizer (vocabulary), so it cannot read "
+                             "or write text. Pick a GGUF of the model that includes its tokenizer.")
 
 
 def check_memory(infos: Sequence[ModelFileInfo], available_bytes: int | None) -> None:
@@ -173,8 +194,11 @@ def _host_fraction(n_layer: int, gpu_layers: int | None) -> float:
 # --- the header -----------------------------------------------------------------------------
 def read_layout(path: Path) -> tuple[dict, int]:
     """(metadata, the file length its header implies), with this module's messages."""
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ModelFileError(f"{path}: cannot be read ({e.strerror or e}). Check its permissions.") from None
     if magic != b"GGUF":
         raise ModelFileError(
             f"{path}: not a GGUF model file (it starts with {magic!r}, a GGUF file with "

@@ -19,6 +19,8 @@ from typing import Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from .options import bounds  # each range is defined once, there
+
 Rule = Literal["speculative", "match"]
 
 
@@ -27,13 +29,13 @@ class SamplingParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    temperature: float = Field(0.0, ge=0.0, le=5.0, description="0 means greedy (argmax).")
-    top_k: int = Field(40, ge=0, description="Keep the k most likely tokens; 0 disables.")
-    top_p: float = Field(0.95, gt=0.0, le=1.0, description="Nucleus: smallest set with mass >= top_p.")
-    min_p: float = Field(0.05, ge=0.0, le=1.0, description="Drop tokens below min_p x the top probability.")
-    repeat_penalty: float = Field(1.0, ge=1.0, le=3.0, description="llama.cpp-style penalty; 1 disables.")
-    repeat_last_n: int = Field(64, ge=0, description="How many recent tokens the penalty looks at.")
-    seed: int | None = Field(None, description="RNG seed; the same seed gives the same output.")
+    temperature: float = Field(0.0, **bounds("temperature"), description="0 means greedy (argmax).")
+    top_k: int = Field(40, **bounds("top_k"), description="Keep the k most likely tokens; 0 disables.")
+    top_p: float = Field(0.95, **bounds("top_p"), description="Nucleus: smallest set with mass >= top_p.")
+    min_p: float = Field(0.05, **bounds("min_p"), description="Drop tokens below min_p x the top probability.")
+    repeat_penalty: float = Field(1.0, **bounds("repeat_penalty"), description="llama.cpp-style penalty; 1 disables.")
+    repeat_last_n: int = Field(64, **bounds("repeat_last_n"), description="How many recent tokens the penalty looks at.")
+    seed: int | None = Field(None, **bounds("seed"), description="RNG seed; the same seed gives the same output.")
     rule: Rule = Field(
         "speculative",
         description="'speculative': accept with min(1, p/q) (Leviathan et al.); "

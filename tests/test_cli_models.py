@@ -140,6 +140,11 @@ class TestImport:
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
 
+    @pytest.mark.parametrize("command", [["import", "/dev/null"], ["check", "/dev/null", "/dev/null"]])
+    def test_a_device_is_named_as_one(self, capsys, command):
+        assert main(["models", *command]) == 2
+        assert capsys.readouterr().err == "localspec models: /dev/null: is a character device, not a GGUF file\n"
+
     def test_same_id_twice_is_refused(self, capsys, tmp_path, models_dir):
         src = write_tiny_gguf(tmp_path / "t.gguf", seed=0)
         assert main(["models", "import", str(src)]) == 0

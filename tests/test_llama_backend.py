@@ -9,10 +9,11 @@ from localspec.compat import check_compatible
 from localspec.controller import CostModel, DraftController
 from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.engine import SpeculativeEngine
-from localspec.llama_backend import LlamaModel, ModelLoadError
+from localspec.llama_backend import MAX_LOGIT_ROWS, BackendError, ChatTemplateError, LlamaModel, ModelLoadError
+from localspec.protocol import ContextFull
 from localspec.sampling import SamplingParams
 from localspec.session import IncompatiblePair, LoadOptions, PairSpec, Session
-from tiny_gguf import write_tiny_gguf
+from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 GREEDY = SamplingParams(temperature=0.0)
 TEXT = "the model is fast and the draft is slow; def x = 1 + 2 안녕 세계 😀"
@@ -137,6 +138,79 @@ class TestCompatibility:
         bad.write_bytes(b"not a gguf at all" * 10)
         with pytest.raises(ModelLoadError, match="could not load"):
             LlamaModel.load(bad)
+
+
+class TestPreconditions:
+    """Each call that could reach a llama.cpp assert (an abort: exit status 134, no message) is
+    checked first and raises instead (issue 12)."""
+
+    @pytest.mark.parametrize("n_ctx", [16, 300])
+    def test_a_context_below_or_off_256_keeps_n_batch_above_any_single_decode(self, tiny, n_ctx):
+        # llama.cpp caps n_batch at the n_ctx it is asked for and pads its cache to a multiple
+        # of 256: asked for 300 it had n_batch 300 and 512 cells, and a 400-token prompt aborted
+        m = LlamaModel.load(tiny["target"], n_ctx=n_ctx, threads=1)
+        try:
+            assert m.n_ctx == n_ctx and m.n_batch >= 256
+            ids = m.tokenize(TEXT * 10)[: n_ctx]
+            m.evaluate(ids, 1)  # the whole context in one call: chunked at n_batch
+            assert len(m.cached) == n_ctx
+            with pytest.raises(ContextFull):
+                m.evaluate(ids[:1], 1)
+        finally:
+            m.close()
+
+    def test_more_logit_rows_than_reserved_is_an_error_not_an_abort(self, target):
+        target.truncate(0)
+        with pytest.raises(BackendError, match="logit rows"):
+            target.evaluate([5] * 100, n_logits=MAX_LOGIT_ROWS + 1)
+        assert target.cached == []
+        assert len(target.evaluate([5] * 100, n_logits=MAX_LOGIT_ROWS)) == MAX_LOGIT_ROWS
+        target.truncate(0)
+
+    @pytest.mark.parametrize("bad", [-1, 10**6])
+    def test_token_ids_outside_the_vocabulary(self, target, bad):
+        target.truncate(0)
+        with pytest.raises(BackendError, match="outside the vocabulary"):
+            target.evaluate([5, bad, 6], 1)
+        for read in (target.token_bytes, target.token_text):  # std::vector::at would throw through C
+            with pytest.raises(BackendError, match="outside the vocabulary"):
+                read(bad)
+        assert target.cached == []
+
+    def test_threads_beyond_the_machine_are_clamped(self, tiny):
+        import llama_cpp as L
+
+        from localspec.options import usable_cpus
+
+        m = LlamaModel.load(tiny["target"], n_ctx=256, threads=999)
+        try:
+            assert L.llama_n_threads(m._ctx) == usable_cpus()
+        finally:
+            m.close()
+
+    def test_a_device_is_not_a_file(self):
+        with pytest.raises(ModelLoadError, match="/dev/null: not a regular file"):
+            LlamaModel.load("/dev/null")
+
+    def test_a_model_without_a_tokenizer_is_refused_at_load(self, tmp_path):
+        with pytest.raises(ModelLoadError, match="no tokenizer"):
+            LlamaModel.load(write_no_vocab_gguf(tmp_path / "novocab.gguf"), n_ctx=64, threads=1)
+
+    def test_a_failing_chat_template_is_a_clear_error(self, tmp_path, capsys):
+        from localspec.cli import main
+
+        path = write_tiny_gguf(tmp_path / "t.gguf", seed=0, chat_template="{{ raise_exception('nope') }}")
+        m = LlamaModel.load(path, n_ctx=256, threads=1)
+        try:
+            with pytest.raises(ChatTemplateError, match="chat template failed.*nope.*--raw"):
+                m.apply_chat_template([{"role": "user", "content": "hi"}])
+        finally:
+            m.close()
+        assert main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "hi"]) == 2
+        err = capsys.readouterr().err
+        assert "chat template failed" in err and len(err.strip().splitlines()) == 1
+        assert main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "--raw",
+                     "--max-tokens", "4", "hi"]) == 0
 
 
 class TestSession:

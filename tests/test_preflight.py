@@ -13,7 +13,7 @@ import pytest
 
 from localspec import preflight
 from localspec.preflight import ModelFileError, check_model_file, check_model_files
-from tiny_gguf import write_tiny_gguf
+from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 # the tiny model: 2 layers, 64 dims, 4 heads of 16, n_ctx 512, F32 weights
 KV_PER_TOKEN = 2 * 4 * (16 + 16) * 2  # n_layer x n_kv_head x (k + v dims) x 2 bytes = 512
@@ -40,6 +40,9 @@ def files(tmp_path, good) -> dict[str, Path]:
     out["directory"].mkdir()
     out["unsupported"] = write_tiny_gguf(tmp_path / "notanarch.gguf", seed=0, arch="notanarch")
     out["clip"] = write_tiny_gguf(tmp_path / "mmproj.gguf", seed=0, arch="clip")
+    out["no_vocab"] = write_no_vocab_gguf(tmp_path / "novocab.gguf")
+    out["fifo"] = tmp_path / "pipe.gguf"
+    os.mkfifo(out["fifo"])  # opening it to read would wait for a writer forever
     return out
 
 
@@ -56,6 +59,8 @@ CASES = [
     ("header_cut", "truncated: it ends inside its header"),
     ("unsupported", "architecture 'notanarch' is not supported"),
     ("clip", "vision projector"),
+    ("no_vocab", "has no tokenizer"),
+    ("fifo", r"is a named pipe \(FIFO\), not a GGUF model file"),
 ]
 
 
@@ -90,6 +95,16 @@ class TestEachProblemHasOneMessage:
         short.write_bytes(files["good"].read_bytes()[:-1])
         with pytest.raises(ModelFileError, match="truncated"):
             check_model_file(short, n_ctx=512, available_bytes=10**12)
+
+    def test_a_device_is_named_as_one(self, capsys):
+        from localspec.cli import main
+
+        with pytest.raises(ModelFileError, match="^/dev/null: is a character device, not a GGUF model file"):
+            check_model_file(Path("/dev/null"), n_ctx=512, available_bytes=10**12)
+        with pytest.raises(SystemExit) as e:
+            main(["run", "--target", "/dev/null", "hi"])
+        assert e.value.code == 2 and capsys.readouterr().err == (
+            "error: /dev/null: is a character device, not a GGUF model file.\n")
 
     def test_context_is_capped_at_the_models_own(self, files):
         assert check_model_file(files["good"], n_ctx=8192, available_bytes=10**12).n_ctx == 512

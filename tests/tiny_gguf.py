@@ -110,3 +110,31 @@ def _weights(seed: int, name: str, shape, scale) -> np.ndarray:
         return np.ones(shape, dtype=np.float32)
     rng = np.random.default_rng([seed, sum(map(ord, name)), len(name)])
     return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def write_no_vocab_gguf(path: Path | str) -> Path:
+    """A model whose tokenizer is 'no_vocab': llama.cpp loads it, then aborts on a tokenize."""
+    import gguf
+
+    path = Path(path)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(8)
+    w.add_block_count(1)
+    w.add_feed_forward_length(8)
+    w.add_head_count(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_tokenizer_model("no_vocab")
+    w.add_vocab_size(16)
+    for name, shape in (("token_embd.weight", (16, 8)), ("output_norm.weight", (8,)), ("output.weight", (16, 8)),
+                        ("blk.0.attn_norm.weight", (8,)), ("blk.0.ffn_norm.weight", (8,))):
+        w.add_tensor(name, np.ones(shape, dtype=np.float32))
+    for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        w.add_tensor(f"blk.0.{t}.weight", np.ones((8, 8), dtype=np.float32))
+    for t, shape in (("ffn_gate", (8, 8)), ("ffn_up", (8, 8)), ("ffn_down", (8, 8))):
+        w.add_tensor(f"blk.0.{t}.weight", np.ones(shape, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -18,6 +18,7 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
 
 def app_spec(args: argparse.Namespace):
     """The pair given on the command line, or None (the app then opens the default or the menu)."""
+    from .. import ggufinfo
     from ..session import PairSpec
 
     if getattr(args, "draft", None) and not getattr(args, "target", None):
@@ -29,8 +30,9 @@ def app_spec(args: argparse.Namespace):
     target = Path(args.target).expanduser()
     draft = Path(args.draft).expanduser() if args.draft else None
     for p in (target, draft):
-        if p is not None and not p.is_file():
-            raise SystemExit(f"localspec: no such file: {p}")
+        not_file = ggufinfo.not_a_file(p) if p is not None else None
+        if not_file:
+            raise SystemExit(f"localspec: {p}: {not_file}")
     return PairSpec(target, draft, bool(args.lookup))
 
 

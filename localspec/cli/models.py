@@ -212,8 +212,9 @@ def render_progress(p: downloads.Progress) -> str:
 # --- import ---------------------------------------------------------------------------------
 def cmd_import(args, settings, catalog) -> int:
     src = args.path.expanduser()
-    if not src.is_file():
-        raise BadInput(f"{src}: no such file")
+    not_file = ggufinfo.not_a_file(src)
+    if not_file:
+        raise BadInput(f"{src}: {not_file}")
     info = ggufinfo.read_info(src)
     model_id = args.name or src.name.removesuffix(".gguf").lower()
     if model_id in catalog.models:
@@ -264,8 +265,9 @@ def resolve_model(spec: str, catalog, settings) -> Path:
     """A path to a file, or a catalog model id whose file is on disk."""
     path = Path(spec).expanduser()
     if path.exists():
-        if not path.is_file():
-            raise BadInput(f"{path}: not a file")
+        not_file = ggufinfo.not_a_file(path)
+        if not_file:
+            raise BadInput(f"{path}: {not_file}")
         return path
     if spec in catalog.models:
         found = downloads.locate(catalog.models[spec], settings)

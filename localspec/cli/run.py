@@ -8,7 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+from .. import options
 from ..offload import OffloadPlan
+from ..protocol import ContextFull
 from ..sampling import SamplingParams
 from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session
 from ..stats import RunStats
@@ -69,6 +71,22 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
+# each flag's attribute on args -> its option in localspec.options (ranges and messages)
+MODEL_FLAGS = {"ctx": "n_ctx", "threads": "threads", "gpu_layers": "gpu_layers",
+               "draft_gpu_layers": "draft_gpu_layers", "draft_max": "max_k", "p_min": "p_min"}
+REPLY_FLAGS = {"temp": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+               "repeat_penalty": "repeat_penalty", "seed": "seed", "max_tokens": "max_tokens"}
+
+
+def check_flags(args, flags: dict[str, str]) -> str | None:
+    """The first flag whose value is out of its range, as 'error: --temp must be ≥ 0 (got -1)'."""
+    for attr, name in flags.items():
+        problem = options.check(name, getattr(args, attr, None))
+        if problem:
+            return f"error: {problem}"
+    return None
+
+
 def sampling_from(args) -> SamplingParams:
     return SamplingParams(
         temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -78,25 +96,61 @@ def sampling_from(args) -> SamplingParams:
 
 def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
     spec = PairSpec(args.target, args.draft, lookup=args.lookup)
-    options = LoadOptions(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
-                          draft_gpu_layers=args.draft_gpu_layers, max_k=args.draft_max,
-                          adaptive=not args.no_adapt, p_min=args.p_min,
-                          copy=not args.no_copy)
-    return spec, options
+    load_options = LoadOptions(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
+                               draft_gpu_layers=args.draft_gpu_layers, max_k=args.draft_max,
+                               adaptive=not args.no_adapt, p_min=args.p_min,
+                               copy=not args.no_copy)
+    return spec, load_options
 
 
 def load_session(args) -> Session:
-    """Load or exit with one clear message (exit 2: bad or too large file, 3: incompatible pair)."""
+    """Load or exit with one clear message (exit 2: an option out of range, a bad or too large
+    file; 3: incompatible pair). More --threads than CPUs are lowered, with a note."""
     from ..llama_backend import ModelLoadError
     from ..preflight import ModelFileError
 
-    spec, options = spec_and_options(args)
+    problem = check_flags(args, MODEL_FLAGS)
+    if problem:
+        raise SystemExit(_fail(problem, 2))
+    args.threads, note = options.clamp_threads(args.threads)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    spec, load_options = spec_and_options(args)
     try:
-        return Session.load(spec, options)
+        return Session.load(spec, load_options)
     except IncompatiblePair as e:
         raise SystemExit(_fail(f"error: {spec.draft} cannot draft for {spec.target}: {e}", 3))
     except (ModelFileError, ModelLoadError) as e:
         raise SystemExit(_fail(f"error: {e}", 2))
+
+
+def prompt_too_long(session: Session, messages: list[dict], args) -> str:
+    """The message for a prompt that leaves no room for the reply, with the --ctx that would."""
+    n = len(session.prompt_tokens(messages, args.raw))
+    # Session.fit keeps min(max_tokens, n_ctx // 4) for the reply: either n + max_tokens fits,
+    # or n_ctx >= 4n/3 leaves a quarter free
+    need = max(min(n + args.max_tokens, -(-4 * n // 3)), options.MIN_CTX)
+    n_ctx = session.target.n_ctx
+    most = min(getattr(session.target, "n_ctx_train", 0) or options.MAX_CTX, options.MAX_CTX)
+    room = min(args.max_tokens, n_ctx // 4)
+    fix = (f"raise --ctx to {need} or shorten the prompt" if need <= most else
+           f"shorten the prompt (this model's context is at most {most} tokens)")
+    return (f"error: the prompt is {n} tokens and the reply needs {room} more; the context "
+            f"holds {n_ctx}: {fix}")
+
+
+# An except clause's classes are looked up only when something is raised: llama_cpp is
+# imported by the load, never just to parse the command line.
+def _template_error() -> type[Exception]:
+    from ..llama_backend import ChatTemplateError
+
+    return ChatTemplateError
+
+
+def _backend_errors() -> tuple[type[Exception], ...]:
+    from ..llama_backend import BackendError
+
+    return BackendError, ContextFull
 
 
 def _fail(message: str, code: int) -> int:
@@ -112,13 +166,14 @@ def read_prompt(arg: str) -> str:
 
 
 def cmd_run(args) -> int:
+    # every option is checked before a model is loaded: a mistake costs no load time
+    problem = check_flags(args, MODEL_FLAGS) or check_flags(args, REPLY_FLAGS)
+    if problem:
+        return _fail(problem, 2)
     prompt = read_prompt(args.prompt)
     if not prompt.strip():
         return _fail("error: the prompt is empty: give the message as an argument, or '-' and pipe it in", 2)
-    try:
-        params = sampling_from(args)
-    except ValueError as e:
-        return _fail(f"error: invalid sampling option: {e}", 2)
+    params = sampling_from(args)
     session = load_session(args)
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
         {"role": "user", "content": prompt}
@@ -132,8 +187,12 @@ def cmd_run(args) -> int:
             if not args.json and step.text:
                 sys.stdout.write(step.text)
                 sys.stdout.flush()
-    except ContextOverflow as e:
-        return _fail(f"error: {e}", 4)
+    except ContextOverflow:
+        return _fail(prompt_too_long(session, messages, args), 2)
+    except _template_error() as e:
+        return _fail(f"error: {e}", 2)
+    except _backend_errors() as e:  # a check stopped a call that would have aborted llama.cpp
+        return _fail(f"error: {e}", 1)
     finally:
         session.close()
     mode = session.mode

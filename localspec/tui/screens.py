@@ -26,6 +26,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
+from .. import options
 from .widgets import visible
 
 
@@ -151,10 +152,69 @@ class ChatListScreen(ModalScreen[tuple[str, int] | None]):
 SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed")
 
 
-class ChatSettingsScreen(ModalScreen[dict | None]):
+class FieldError(Static):
+    """The message beside a form field whose value is refused (or, as a warning, changed);
+    hidden while there is none."""
+
+    DEFAULT_CSS = """
+    FieldError { margin-left: 18; color: $error; display: none; }
+    FieldError.-shown { display: block; }
+    FieldError.-warning { color: $warning; }
+    """
+
+    def say(self, message: str | None, warning: bool = False) -> None:
+        self.update(Text(message or ""))
+        self.set_class(bool(message), "-shown")
+        self.set_class(warning, "-warning")
+
+
+def threads_note(value) -> str | None:
+    """Said beside a threads field: more than this machine's CPUs are lowered at load."""
+    cpus = options.usable_cpus()
+    if isinstance(value, int) and value > cpus:
+        return f"more than the {cpus} CPUs localspec can use here: {cpus} will be used"
+    return None
+
+
+class OptionForm:
+    """Fields whose values are options (localspec.options): each is parsed and range-checked
+    as it is typed and again on save, with the refusal shown beside the field.
+    ``fields``: input id -> (option name, label used in messages)."""
+
+    fields: dict[str, tuple[str, str]] = {}
+
+    def _check_field(self, input_id: str) -> tuple[bool, Any]:
+        """(ok, value) for one field; shows or clears the message beside it."""
+        name, label = self.fields[input_id]
+        note = self.query_one(f"#e-{input_id}", FieldError)
+        try:
+            value = options.parse(name, self.query_one(f"#{input_id}", Input).value, label)
+        except options.OptionError as e:
+            note.say(str(e))
+            return False, None
+        warning = threads_note(value) if name == "threads" else None
+        note.say(warning, warning=True)
+        return True, value
+
+    def _read_fields(self) -> tuple[dict[str, Any], list[str]]:
+        """(each field's value by input id, the labels of the refused ones, each marked)."""
+        checked = {i: self._check_field(i) for i in self.fields}
+        refused = [self.fields[i][1] for i, (ok, _) in checked.items() if not ok]
+        return {i: value for i, (_, value) in checked.items()}, refused
+
+    def on_input_changed(self, event: Input.Changed) -> None:  # by name: this is a mixin
+        if event.input.id in self.fields:
+            self._check_field(event.input.id)
+
+    def refused_message(self, refused: list[str]) -> Text:
+        return Text(f"not saved: {', '.join(refused)} out of range (see beside each)", style="red")
+
+
+class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
     """System prompt, sampling, reply length and drafting mode of one chat."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
+    fields = {f"s-{name}": (name, name) for name in (*SAMPLING_FIELDS, "max_tokens")}
 
     def __init__(self, system_prompt: str, sampling: dict, max_tokens: int, mode: str,
                  modes: Sequence[str]) -> None:
@@ -167,14 +227,13 @@ class ChatSettingsScreen(ModalScreen[dict | None]):
             yield Static("Chat settings  (Ctrl+S save · Esc cancel)", classes="dialog-title")
             yield Label("System prompt")
             yield TextArea(self.system_prompt, id="system-prompt", classes="short-area")
-            for name in SAMPLING_FIELDS:
-                value = self.sampling.get(name)
+            values = {**self.sampling, "max_tokens": self.max_tokens}
+            for name in (*SAMPLING_FIELDS, "max_tokens"):
+                value = values.get(name)
                 with Horizontal(classes="field-row"):
                     yield Label(name, classes="field-label")
                     yield Input("" if value is None else str(value), id=f"s-{name}")
-            with Horizontal(classes="field-row"):
-                yield Label("max_tokens", classes="field-label")
-                yield Input(str(self.max_tokens), id="s-max_tokens")
+                yield FieldError(id=f"e-s-{name}")
             with Horizontal(classes="field-row"):
                 yield Label("drafting", classes="field-label")
                 yield Select([(m, m) for m in self.modes], value=self.mode, allow_blank=False, id="s-mode")
@@ -188,25 +247,21 @@ class ChatSettingsScreen(ModalScreen[dict | None]):
         from ..sampling import SamplingParams
         from ..settings import describe_validation_error
 
-        raw = {}
-        for name in SAMPLING_FIELDS:
-            value = self.query_one(f"#s-{name}", Input).value.strip()
-            raw[name] = None if value in ("", "none", "None") else value
-        try:
-            params = SamplingParams.model_validate({**self.sampling, **raw})
-            max_tokens = int(self.query_one("#s-max_tokens", Input).value)
-            if max_tokens < 1:
-                raise ValueError("max_tokens must be at least 1")
-        except ValidationError as e:
-            self.query_one("#settings-error", Static).update(Text(describe_validation_error(e), style="red"))
+        error = self.query_one("#settings-error", Static)
+        values, refused = self._read_fields()
+        if refused:
+            error.update(self.refused_message(refused))
             return
-        except ValueError as e:
-            self.query_one("#settings-error", Static).update(Text(str(e), style="red"))
+        raw = {name: values[f"s-{name}"] for name in SAMPLING_FIELDS}
+        try:  # the fields above are valid; this checks what the chat stored besides them
+            params = SamplingParams.model_validate({**self.sampling, **raw})
+        except ValidationError as e:
+            error.update(Text(describe_validation_error(e), style="red"))
             return
         self.dismiss({
             "system_prompt": self.query_one("#system-prompt", TextArea).text,
             "sampling": params.model_dump(),
-            "max_tokens": max_tokens,
+            "max_tokens": values["s-max_tokens"],
             "mode": self.query_one("#s-mode", Select).value,
         })
 
@@ -218,10 +273,21 @@ APP_SETTING_KEYS = ("models_dir", "gpu_layers", "draft_gpu_layers", "threads", "
                     "show_draft_tokens")
 
 
-class SettingsScreen(ModalScreen[Any]):
-    """Edit the stored settings; validated with the pydantic model before saving."""
+# settings keys whose values are options (localspec.options), with their option's name
+SETTING_OPTIONS = {"gpu_layers": "gpu_layers", "draft_gpu_layers": "draft_gpu_layers", "threads": "threads",
+                   "n_ctx": "n_ctx", "max_tokens": "max_tokens", "draft.max_k": "max_k", "draft.p_min": "p_min"}
+
+
+def _input_id(key: str) -> str:
+    return f"k-{key.replace('.', '-')}"
+
+
+class SettingsScreen(OptionForm, ModalScreen[Any]):
+    """Edit the stored settings: option fields are range-checked as typed (localspec.options),
+    then the whole is validated with the pydantic model before saving."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
+    fields = {_input_id(key): (SETTING_OPTIONS[key], key) for key in APP_SETTING_KEYS if key in SETTING_OPTIONS}
 
     def __init__(self, settings, path, warning: str | None = None) -> None:
         super().__init__(classes="dialog-screen")
@@ -251,9 +317,11 @@ class SettingsScreen(ModalScreen[Any]):
                 with Horizontal(classes="field-row"):
                     yield Label(key, classes="field-label")
                     if isinstance(value, bool):
-                        yield Switch(value, id=f"k-{key.replace('.', '-')}")
+                        yield Switch(value, id=_input_id(key))
                     else:
-                        yield Input("" if value is None else str(value), id=f"k-{key.replace('.', '-')}")
+                        yield Input("" if value is None else str(value), id=_input_id(key))
+                if key in SETTING_OPTIONS:
+                    yield FieldError(id=f"e-{_input_id(key)}")
                 yield Static(Text(self._description(key)), classes="field-help")
             yield Static("", id="settings-error")
             yield Button("Save", variant="primary", id="save")
@@ -264,11 +332,17 @@ class SettingsScreen(ModalScreen[Any]):
 
         from ..settings import describe_validation_error
 
+        error = self.query_one("#settings-error", Static)
+        checked, refused = self._read_fields()
+        if refused:
+            error.update(self.refused_message(refused))
+            return
         data = self.settings.model_dump(mode="json")
         for key in APP_SETTING_KEYS:
-            widget = self.query_one(f"#k-{key.replace('.', '-')}")
-            value = widget.value
-            if isinstance(value, str):
+            value = self.query_one(f"#{_input_id(key)}").value
+            if _input_id(key) in checked:
+                value = checked[_input_id(key)]
+            elif isinstance(value, str):
                 value = value.strip() or None
             *parents, last = key.split(".")
             target = data
@@ -278,7 +352,7 @@ class SettingsScreen(ModalScreen[Any]):
         try:
             settings = type(self.settings).model_validate(data)
         except ValidationError as e:
-            self.query_one("#settings-error", Static).update(Text(describe_validation_error(e), style="red"))
+            error.update(Text(describe_validation_error(e), style="red"))
             return
         self.dismiss(settings)
 
@@ -355,7 +429,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
             with Horizontal(classes="field-row"):
                 yield Label("max draft k", classes="field-label")
                 yield Input("auto" if self.adaptive else str(self.max_k), id="max-k",
-                            placeholder="auto or 0..32")
+                            placeholder=f"auto or 0..{options.MAX_DRAFT}")
                 yield Label("p_min", classes="field-label")
                 yield Input(str(self.p_min), id="p-min")
             yield Static("", id="pair-error")
@@ -406,13 +480,10 @@ class PairScreen(ModalScreen[PairChoice | None]):
         raw_k = self.query_one("#max-k", Input).value.strip().lower()
         try:
             adaptive = raw_k in ("", "auto")
-            max_k = self.max_k if adaptive else int(raw_k)
-            p_min = float(self.query_one("#p-min", Input).value)
-            if not (0 <= max_k <= 32 and 0.0 <= p_min <= 1.0):
-                raise ValueError
-        except ValueError:
-            self.query_one("#pair-error", Static).update(
-                Text("max draft k: 'auto' or 0..32; p_min: 0..1", style="red"))
+            max_k = self.max_k if adaptive else options.parse("max_k", raw_k, "max draft k")
+            p_min = options.parse("p_min", self.query_one("#p-min", Input).value, "p_min")
+        except options.OptionError as e:
+            self.query_one("#pair-error", Static).update(Text(f"{e} ('auto' picks k itself)", style="red"))
             return
         value = self.query_one("#draft-select", Select).value
         if isinstance(value, str) and value.startswith("draft:"):
