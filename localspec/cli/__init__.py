@@ -1,5 +1,5 @@
 """The command line: ``localspec`` (the chat app), ``localspec run``, ``models``, ``bench``,
-``doctor``.
+``doctor``, ``serve``.
 
 Each subcommand lives in its own module here and exposes ``register(subparsers)``; this is
 one adapter (the CLI) split by command, and the only place besides the TUI that prints.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, doctor, models, run  # noqa: E402
+from . import bench, doctor, models, run, serve  # noqa: E402
 
-COMMANDS = (run, models, bench, doctor)
+COMMANDS = (run, models, bench, doctor, serve)
 
 
 def build_parser() -> argparse.ArgumentParser:
