@@ -7,6 +7,10 @@ files the same mode). A database that cannot be opened or fails ``quick_check`` 
 (``chats.db.corrupt-YYYYmmdd-HHMMSS``) and a fresh one is started; a locked one falls back to an
 in-memory store. Either way the caller gets ``store.warning`` to show, and the app keeps running.
 Several connections (two app instances) may share one file: WAL plus a busy timeout.
+
+Schema changes are migrations (``MIGRATIONS``), numbered by SQLite's ``user_version``: each
+only adds (a column with a default), so an existing database keeps every row and an older
+localspec can still read a newer file.
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_chat ON messages(chat_id, id);
 """
 
+# (user_version it brings the database to, table, column, its definition). Applied in order to
+# a database whose user_version is lower; a column already there (another instance migrated
+# meanwhile) is skipped.
+MIGRATIONS = [
+    # a reasoning model's thinking, kept apart from its answer (localspec.thinking)
+    (1, "messages", "thinking", "TEXT NOT NULL DEFAULT ''"),
+]
+
 # Tuning choice: long enough to ride out another instance's commit, short enough that a
 # stuck lock is reported instead of freezing the UI.
 BUSY_TIMEOUT_MS = 3000
@@ -69,6 +81,7 @@ class Message:
     status: str = "done"  # "done" | "stopped" (Esc, partial kept) | "error"
     meta: dict = field(default_factory=dict)  # stats, draft spans, mode
     created: float = 0.0
+    thinking: str = ""  # a reasoning model's <think> text; ``content`` is the answer alone
 
 
 class ChatStore:
@@ -131,6 +144,7 @@ class ChatStore:
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at each commit point
         conn.execute("PRAGMA foreign_keys=ON")
         conn.executescript(SCHEMA)
+        _migrate(conn)
         return conn
 
     def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
@@ -185,27 +199,28 @@ class ChatStore:
 
     # --- messages ----------------------------------------------------------------------
     def add_message(self, chat_id: int, role: str, content: str, status: str = "done",
-                    meta: dict | None = None) -> Message:
+                    meta: dict | None = None, thinking: str = "") -> Message:
         now = time.time()
         with self._lock:
             self.conn.execute("BEGIN IMMEDIATE")
             try:
                 cur = self.conn.execute(
-                    "INSERT INTO messages (chat_id, role, content, status, meta, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (chat_id, role, content, status, json.dumps(meta or {}, ensure_ascii=False), now))
+                    "INSERT INTO messages (chat_id, role, content, status, meta, created, thinking) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (chat_id, role, content, status, json.dumps(meta or {}, ensure_ascii=False), now,
+                     thinking))
                 self.conn.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
                 self.conn.execute("COMMIT")
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
-        return Message(cur.lastrowid, chat_id, role, content, status, meta or {}, now)
+        return Message(cur.lastrowid, chat_id, role, content, status, meta or {}, now, thinking)
 
     def messages(self, chat_id: int) -> list[Message]:
         rows = self._execute(
-            "SELECT id, chat_id, role, content, status, meta, created FROM messages "
+            "SELECT id, chat_id, role, content, status, meta, created, thinking FROM messages "
             "WHERE chat_id = ? ORDER BY id", (chat_id,)).fetchall()
-        return [Message(r[0], r[1], r[2], r[3], r[4], _loads(r[5]), r[6]) for r in rows]
+        return [Message(r[0], r[1], r[2], r[3], r[4], _loads(r[5]), r[6], r[7] or "") for r in rows]
 
     def delete_message(self, message_id: int) -> None:
         self._execute("DELETE FROM messages WHERE id = ?", (message_id,))
@@ -221,7 +236,10 @@ class ChatStore:
         for m in self.messages(chat_id):
             who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role)
             note = " *(stopped)*" if m.status == "stopped" else " *(error)*" if m.status == "error" else ""
-            lines += [f"## {who}{note}", "", m.content, ""]
+            lines += [f"## {who}{note}", ""]
+            if m.thinking:  # collapsed where Markdown renders HTML (GitHub), apart from the answer
+                lines += ["<details><summary>Thinking</summary>", "", m.thinking, "", "</details>", ""]
+            lines += [m.content, ""]
             stats = m.meta.get("stats") if m.meta else None
             if stats and stats.get("tokens_per_second"):
                 lines += [f"<sub>{summary_line(stats)}</sub>", ""]
@@ -229,11 +247,17 @@ class ChatStore:
 
 
 def summary_line(stats: dict) -> str:
-    """One line under a reply: '42 tokens · 31.0 tok/s · 1.62× · 78% accepted · 2.4 tok/pass'."""
+    """One line under a reply: '42 tokens · 31.0 tok/s · 1.62× · 78% accepted · 2.4 tok/pass'.
+    A reply that drafted nothing reads '1.00× (not drafting)' whatever its ratio to the
+    target-only estimate: the same computation cannot be faster, the rest is noise."""
     parts = [f"{stats.get('n_tokens', 0)} tokens"]
+    if stats.get("thinking_tokens"):
+        parts[0] += f" ({stats['thinking_tokens']} thinking)"
     if stats.get("tokens_per_second"):
         parts.append(f"{stats['tokens_per_second']:.1f} tok/s")
-    if stats.get("speedup"):
+    if stats.get("n_drafted") == 0 and stats.get("n_tokens"):
+        parts.append("1.00× (not drafting)")
+    elif stats.get("speedup"):
         parts.append(f"{stats['speedup']:.2f}×")
     if stats.get("acceptance_rate") is not None:
         parts.append(f"{stats['acceptance_rate'] * 100:.0f}% accepted")
@@ -242,6 +266,26 @@ def summary_line(stats: dict) -> str:
     if stats.get("mode"):
         parts.append(str(stats["mode"]))
     return " · ".join(parts)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring the schema up to the last of ``MIGRATIONS`` in one transaction (never drops data)."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] >= MIGRATIONS[-1][0]:
+        return
+    conn.execute("BEGIN IMMEDIATE")  # two instances opening one old file migrate one at a time
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        for to, table, column, definition in MIGRATIONS:
+            if version >= to:
+                continue
+            columns = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in columns:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            conn.execute(f"PRAGMA user_version = {to}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _loads(text: str) -> dict:

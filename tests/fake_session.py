@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from localspec.controller import DraftingState
 from localspec.engine import Step
 from localspec.offload import CPU_BUILD, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
@@ -32,10 +33,14 @@ class FakeSession:
     baseline_note: str = "fake: 1 / T(1) from the script"
     spec: PairSpec = field(default_factory=lambda: PairSpec(Path("target.gguf"), Path("draft.gguf")))
     none_script: list[ScriptStep] | None = None  # what mode="none" replies (race); default: same text
-    none_step_seconds: float = 0.02
+    none_step_seconds: float | list[float] = 0.02  # a list: one per mode-"none" reply, in turn
     # where the layers are, as Session.offload: a CPU-only build unless a test sets a GPU plan
     offload: OffloadPlan | None = field(default_factory=lambda: cpu_plan(None, None, CPU_BUILD, has_draft=True))
     gate: threading.Event | None = None  # when set: each step after the first waits for it
+    # what drafting_state says after the n-th step of a reply (the last one from then on;
+    # before any step, the first); mode "none" always says OFF_NONE
+    drafting: list[DraftingState] = field(default_factory=lambda: [ON_K4])
+    drafting_asked: int = 0
     calls: list[dict] = field(default_factory=list)
     closed: bool = False
     generator_closed: int = 0
@@ -44,10 +49,18 @@ class FakeSession:
         self._texts: dict[int, str] = {}
         self._next_id = 100
         self.steps_yielded = 0
+        self._reply_steps = 0  # steps yielded in the reply now running (drafting_state's index)
 
     @property
     def mode(self) -> str:
         return self.spec.mode
+
+    def drafting_state(self, mode=None, n_max=None) -> DraftingState:
+        """Scripted: ``drafting[steps yielded in this reply - 1]`` (Session.drafting_state)."""
+        self.drafting_asked += 1
+        if (mode or self.mode) == "none":
+            return OFF_NONE
+        return self.drafting[min(max(self._reply_steps - 1, 0), len(self.drafting) - 1)]
 
     def token_text(self, token: int) -> str:
         return self._texts.get(token, f"<{token}>")
@@ -83,8 +96,11 @@ class FakeSession:
         if mode == "none":
             script = self.none_script or [([p], 0, 0) for s in self.script for p in s[0]]
             seconds = self.none_step_seconds
+            if isinstance(seconds, list):
+                seconds = seconds[sum(c["mode"] == "none" for c in self.calls[:-1]) % len(seconds)]
         else:
             script, seconds = self.script, self.step_seconds
+        self._reply_steps = 0
         try:
             for i, (pieces, n_acc, k) in enumerate(script):
                 if i and self.gate is not None:
@@ -93,6 +109,7 @@ class FakeSession:
                     time.sleep(self.step_delay)
                 finish = "eos" if i == len(script) - 1 else None
                 self.steps_yielded += 1
+                self._reply_steps = i + 1
                 yield self.make_step(pieces, n_acc, k, seconds, finish)
         finally:
             self.generator_closed += 1
@@ -109,6 +126,32 @@ HELLO = [
     ([" you", "?"], 1, 4),  # accepts 1, rejects 1, discards 2
 ]
 HELLO_TEXT = "Hello, world! How are you?"
+
+# Qwen3's format: the thinking first, in <think>…</think> (whole tokens), then "\n\n" and
+# the answer. The draft is as good in both parts.
+QWEN3 = [
+    (["<think>", "\n", "The"], 2, 2),  # accepts both; "The" is the bonus
+    ([" user", " wants"], 1, 3),  # accepts 1, rejects 1, discards 1
+    ([" a", " greeting", ".\n"], 2, 2),  # accepts both
+    (["</think>", "\n\n"], 1, 1),  # the block closes; the blank after it is nobody's text
+    (["Hello", "!"], 1, 2),  # accepts "Hello", rejects 1; the answer starts
+    ([" How", " are", " you", "?"], 3, 3),  # accepts all three; "?" is the bonus
+]
+QWEN3_THINKING = "The user wants a greeting."
+QWEN3_ANSWER = "Hello! How are you?"
+
+# A pair on a CPU where drafting cannot pay: every step is the target alone (k = 0).
+NOT_DRAFTING = [([p], 0, 0) for p in ["Hello", ",", " world", "!", " How", " are", " you", "?"]]
+
+# What the controller says (DraftingState, written out as controller.explain would):
+ON_K4 = DraftingState(True, 4, "k=4, expected 1.62× (a draft token costs 0.05 of a target pass, checking 5 "
+                      "tokens costs 1.10 passes, acceptance 80%)", None, 0.05, 1.10, 1.62)
+OFF_CPU = DraftingState(False, 0, "a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 "
+                        "passes; drafting would run at about 0.80× even at 95% acceptance", None, 0.62, 1.90, 0.80)
+OFF_TRY = DraftingState(False, 0, "a draft token costs 0.20 of a target pass and checking 2 tokens costs 1.30 "
+                        "passes; at the measured acceptance (40%) drafting would run at about 0.90×", 12,
+                        0.20, 1.30, 0.90)
+OFF_NONE = DraftingState(False, 0, "the target alone (no draft mode chosen)")
 
 
 def factory_for(session: FakeSession):

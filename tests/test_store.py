@@ -81,6 +81,67 @@ class TestRoundTrip:
                              "acceptance_rate": 0.78, "tokens_per_pass": 2.4})
         assert line == "42 tokens · 31.0 tok/s · 1.62× · 78% accepted · 2.40 tok/pass"
 
+    def test_summary_line_of_a_reply_that_drafted_nothing(self):
+        # 1.13× against the load-time estimate, but nothing was drafted: the same computation
+        line = summary_line({"n_tokens": 403, "n_drafted": 0, "tokens_per_second": 20.9, "speedup": 1.13,
+                             "acceptance_rate": None, "tokens_per_pass": 1.0, "thinking_tokens": 120})
+        assert line == "403 tokens (120 thinking) · 20.9 tok/s · 1.00× (not drafting) · 1.00 tok/pass"
+
+
+class TestThinking:
+    def test_thinking_is_kept_apart_from_the_answer(self, tmp_path):
+        store = ChatStore(tmp_path / "c.db")
+        chat = store.new_chat("Qwen3")
+        store.add_message(chat.id, "user", "Say hello")
+        store.add_message(chat.id, "assistant", "Hello!", thinking="The user wants a greeting.")
+        store.close()
+        user, reply = ChatStore(tmp_path / "c.db").messages(chat.id)
+        assert (user.content, user.thinking) == ("Say hello", "")
+        assert (reply.content, reply.thinking) == ("Hello!", "The user wants a greeting.")
+
+    def test_export_puts_the_thinking_in_a_closed_block_before_the_answer(self, tmp_path):
+        store = ChatStore(tmp_path / "c.db")
+        chat = store.new_chat("Qwen3")
+        store.add_message(chat.id, "user", "Say hello")
+        store.add_message(chat.id, "assistant", "Hello!", thinking="The user wants a greeting.")
+        md = store.export_markdown(chat.id)
+        assert ("## Assistant\n\n<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n"
+                "</details>\n\nHello!\n") in md
+        assert md.count("<details>") == 1  # the user's message has none
+
+    def test_a_database_of_the_old_schema_is_migrated_without_loss(self, tmp_path):
+        path = tmp_path / "old.db"
+        old = sqlite3.connect(path)  # the schema before the thinking column (user_version 0)
+        old.executescript("""
+            CREATE TABLE chats (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL,
+                created REAL NOT NULL, updated REAL NOT NULL, system_prompt TEXT NOT NULL DEFAULT '',
+                sampling TEXT NOT NULL DEFAULT '{}', mode TEXT, max_tokens INTEGER);
+            CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                chat_id INTEGER NOT NULL REFERENCES chats(id) ON DELETE CASCADE, role TEXT NOT NULL,
+                content TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'done', meta TEXT NOT NULL DEFAULT '{}',
+                created REAL NOT NULL);
+            INSERT INTO chats VALUES (1, '옛 대화', 1.0, 2.0, 'be brief', '{}', 'draft', 64);
+            INSERT INTO messages VALUES (1, 1, 'user', 'hi 🚀', 'done', '{}', 1.0);
+            INSERT INTO messages VALUES (2, 1, 'assistant', 'hello', 'stopped', '{"stats": {"n_tokens": 2}}', 2.0);
+        """)
+        old.close()
+        store = ChatStore(path)
+        assert store.warning is None
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == 1
+        (chat,) = store.list_chats()
+        assert (chat.title, chat.system_prompt, chat.mode, chat.max_tokens) == ("옛 대화", "be brief", "draft", 64)
+        msgs = store.messages(1)
+        assert [(m.role, m.content, m.status, m.meta, m.thinking) for m in msgs] == [
+            ("user", "hi 🚀", "done", {}, ""), ("assistant", "hello", "stopped", {"stats": {"n_tokens": 2}}, "")]
+        store.add_message(1, "assistant", "answer", thinking="thought")
+        store.close()
+        again = ChatStore(path)  # opening a migrated file again changes nothing
+        assert [m.thinking for m in again.messages(1)] == ["", "", "thought"]
+        # an older localspec reads the file as before: its columns are all still there
+        rows = sqlite3.connect(path).execute(
+            "SELECT id, chat_id, role, content, status, meta, created FROM messages ORDER BY id").fetchall()
+        assert [r[3] for r in rows] == ["hi 🚀", "hello", "answer"]
+
 
 class TestDurability:
     def test_file_is_private_and_wal(self, tmp_path):

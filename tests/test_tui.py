@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fake_session import HELLO, HELLO_TEXT, FakeSession, factory_for
+from fake_session import (
+    HELLO, HELLO_TEXT, NOT_DRAFTING, OFF_CPU, OFF_TRY, ON_K4, QWEN3, QWEN3_ANSWER, QWEN3_THINKING, FakeSession,
+    factory_for,
+)
 from localspec.offload import CPU_BUILD, GiB, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 from localspec.settings import Settings, load_settings, save_settings, settings_path
@@ -596,6 +599,36 @@ class TestRealCatalogAndBackend:
             values = app.query_one(StatsPanel).values
             assert values["target alone"] != "–"
             assert values["measured by"] == app.session.baseline_note
+            assert values["drafting"].startswith(("on: ", "off: "))  # the real controller's account
+            assert stats["drafting"]["line"] == values["drafting"]
+
+
+    async def test_smallest_context_chats_on_tiny_real_models(self, tmp_path):
+        """Issue 12: at the smallest allowed context the app chats turn after turn (oldest turns
+        dropped), and a message the context cannot hold is an error for that reply only."""
+        pytest.importorskip("llama_cpp")
+        from localspec import options
+        from tiny_gguf import write_tiny_gguf
+
+        target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_ctx=512)
+        draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
+        app = LocalspecApp(Settings(n_ctx=options.MIN_CTX, max_tokens=24, threads=1),
+                           spec=PairSpec(Path(target), Path(draft)))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.session is not None, timeout=60)
+            assert app.session.target.n_ctx == options.MIN_CTX
+            for turn in range(4):  # ~50 tokens a message on the tiny vocabulary: turns get dropped
+                await send(app, pilot, f"hello world {turn}")
+                await wait_for(pilot, lambda: len(app.history) == 2 * turn + 2 and app.generating is None,
+                               timeout=60)
+                assert app.history[-1].status == "done"
+            await send(app, pilot, "the model is fast " * 40)  # ~770 tokens: more than the context
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 9, timeout=60)
+            await pilot.pause(0.1)
+            assert any("the context holds 256" in n.message for n in app._notifications)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: len(app.history) == 11 and app.generating is None, timeout=60)
+            assert app.history[-1].role == "assistant" and app.history[-1].status == "done"
 
 
 # --- persistence, settings, export ------------------------------------------------------------
@@ -688,6 +721,67 @@ class TestPersistence:
             assert type(app.screen).__name__ == "ChatScreen"
         saved, warning = load_settings()
         assert warning is None and (saved.n_ctx, saved.draft.max_k) == (8192, 8)
+
+    async def test_settings_fields_refuse_out_of_range_values_beside_the_field(self, monkeypatch):
+        """Issue 12: each option field is checked as it is typed, in localspec.options' words."""
+        from localspec import options
+        from localspec.tui.screens import SettingsScreen
+
+        monkeypatch.setattr(options, "usable_cpus", lambda: 2)
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await pilot.press("f9")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, SettingsScreen)
+            beside = lambda key: str(screen.query_one(f"#e-k-{key}").render())
+            screen.query_one("#k-n_ctx").value = "200"
+            screen.query_one("#k-threads").value = "999"
+            screen.query_one("#k-draft-p_min").value = "nan"
+            await pilot.pause()
+            assert beside("n_ctx").startswith("n_ctx must be ≥ 256 (got 200)")  # before any save
+            assert beside("threads") == "threads must be ≤ 512 (got 999)"
+            assert beside("draft-p_min") == "draft.p_min must be a number from 0 to 1 (got nan)"
+            screen.action_save()
+            await pilot.pause()
+            assert isinstance(app.screen, SettingsScreen)  # refused: nothing saved
+            assert "threads, n_ctx, draft.p_min" in str(screen.query_one("#settings-error").render())
+            screen.query_one("#k-n_ctx").value = str(options.MIN_CTX)
+            screen.query_one("#k-threads").value = "8"  # allowed, but this machine has 2 CPUs
+            screen.query_one("#k-draft-p_min").value = "0.5"
+            await pilot.pause()
+            assert not screen.query_one("#e-k-n_ctx").has_class("-shown")
+            assert beside("threads") == "more than the 2 CPUs localspec can use here: 2 will be used"
+            screen.action_save()
+            await pilot.pause()
+            assert type(app.screen).__name__ == "ChatScreen"
+        saved, _ = load_settings()
+        assert (saved.n_ctx, saved.threads, saved.draft.p_min) == (options.MIN_CTX, 8, 0.5)
+
+    async def test_chat_settings_refuse_beside_the_field(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await pilot.press("f7")
+            await pilot.pause()
+            screen = app.screen
+            screen.query_one("#s-top_p").value = "0"
+            screen.query_one("#s-seed").value = "-3"
+            screen.query_one("#s-max_tokens").value = "0"
+            await pilot.pause()
+            said = {f: str(screen.query_one(f"#e-s-{f}").render()) for f in ("top_p", "seed", "max_tokens")}
+            assert said == {"top_p": "top_p must be > 0 (got 0); 1 turns it off",
+                            "seed": "seed must be ≥ 0 (got -3)", "max_tokens": "max_tokens must be ≥ 1 (got 0)"}
+            screen.action_save()
+            await pilot.pause()
+            assert app.screen is screen
+            for field, value in (("top_p", "0.9"), ("seed", ""), ("max_tokens", "64")):
+                screen.query_one(f"#s-{field}").value = value
+            screen.action_save()
+            await pilot.pause()
+            assert app.chat.sampling["top_p"] == 0.9 and app.chat.sampling["seed"] is None
+            assert app.chat.max_tokens == 64
 
     async def test_corrupted_settings_warns_and_backs_up(self):
         path = settings_path()
@@ -824,3 +918,228 @@ class TestScreenshots:
             svg = app.export_screenshot().replace("&#160;", " ")
             for needle in ("localspec keys", "escape", "stop generating", "f5", "race"):
                 assert needle in svg, needle
+
+
+# --- honest numbers: the drafting line, "not drafting", the race's noise (issue 14) ------------
+
+def rendered(widget) -> str:
+    return str(widget.render())
+
+
+class TestHonestNumbers:
+    async def test_drafting_line_follows_the_stream(self):
+        # after step 1 the controller says on (k=4); from step 3 on it says off, trying again
+        session = FakeSession(list(HELLO), gate=threading.Event(), drafting=[ON_K4, ON_K4, OFF_TRY])
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            panel = app.query_one(StatsPanel)
+            await wait_for(pilot, lambda: panel.values.get("drafting") == ON_K4.line)  # asked at load
+            await send_until_mid_stream(app, pilot, "hi")
+            await wait_for(pilot, lambda: panel.values["tokens/passes"] == "2 / 1")
+            assert panel.values["drafting"] == "on: " + ON_K4.why
+            session.gate.set()
+            await wait_for(pilot, lambda: app.generating is None)
+            app._refresh_panels(force=True)
+            assert panel.values["drafting"] == OFF_TRY.line
+            assert OFF_TRY.line.endswith("; tries again in 12 steps")
+            line = panel.query_one("#stats-drafting")
+            assert rendered(line) == "drafting " + OFF_TRY.line  # the whole sentence, not cut...
+            assert line.region.height >= len(rendered(line)) // line.region.width + 1  # ...but wrapped
+            # cheap: asked when k changed (3 → 2 → 4) or 0.25 s passed, plus once at the end
+            assert session.drafting_asked <= 1 + 4 + 1
+            stored = app.history[-1].meta["stats"]["drafting"]
+            assert stored["on"] is False and stored["next_try_in"] == 12
+
+    @pytest.mark.parametrize("size", [SIZE, (80, 30)])  # the wide and the narrow side panel
+    async def test_cpu_reply_that_drafts_nothing_claims_no_speed_up(self, size):
+        # 8 target-alone steps of 0.01 s: 100 tok/s against a 50 tok/s estimate would read "2.00× est."
+        session = FakeSession(list(NOT_DRAFTING), step_seconds=0.01, baseline_tokens_per_second=50.0,
+                              drafting=[OFF_CPU])
+        app = make_app(session)
+        async with app.run_test(size=size) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            app._refresh_panels(force=True)
+            await pilot.pause()
+            values = app.query_one(StatsPanel).values
+            assert values["tokens/s"] == "100.0"
+            assert values["speed-up"] == "1.00× (not drafting)"
+            assert values["total speed-up"] == "1.00× (not drafting)"
+            assert values["acceptance"] == "–" and values["k now (mean)"] == "0 (0.0)"
+            assert values["drafting"] == ("off: a draft token costs 0.62 of a target pass and checking 2 tokens "
+                                          "costs 1.90 passes; drafting would run at about 0.80× even at 95% "
+                                          "acceptance; not tried again on this hardware")
+            summary = rendered(app.query(ReplyView).last().query_one(".reply-summary"))
+            assert "1.00× (not drafting)" in summary and "2.00×" not in summary
+            assert app.history[-1].meta["stats"]["speedup"] == 1.0
+            svg = app.export_screenshot().replace("&#160;", " ")
+            for needle in ("drafting", "off", "0.62", "0.80×", "hardware", "1.00×"):  # (wrapped lines)
+                assert needle in svg, needle
+            # a later reply that drafts gets its ratio back; the session's total too
+            session.script, session.drafting = list(HELLO), [ON_K4]
+            await send(app, pilot, "again")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
+            app._refresh_panels(force=True)
+            values = app.query_one(StatsPanel).values
+            assert values["speed-up"] == "4.00× est."  # 8 tokens in 4 passes of 0.01 s: 200 tok/s
+            assert values["total speed-up"] == "2.67×"  # 16 tokens in 0.12 s: 133.3 tok/s
+            assert values["drafting"] == ON_K4.line
+
+    async def test_race_when_neither_side_drafted_reports_the_noise(self):
+        # the chat's reply: 8 steps of 0.0100 s = 100.0 tok/s; the target alone, twice:
+        # 0.0104 s and 0.0102 s a step = 96.2 and 98.0 tok/s; largest / smallest = 1.04
+        session = FakeSession(list(NOT_DRAFTING), step_seconds=0.0100, none_step_seconds=[0.0104, 0.0102],
+                              drafting=[OFF_CPU])
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            race = app.screen
+            assert [c["mode"] for c in session.calls] == ["draft", "none", "none"]
+            verdict = rendered(race.query_one("#race-verdict"))
+            assert verdict == ("neither side drafted: the three runs differ by 4% (noise, not a speed-up): "
+                               "100.0 tok/s in the chat, 96.2 and 98.0 tok/s for the target alone · "
+                               "identical replies · Esc closes")
+            assert "speed-up 1.0" not in verdict
+            assert rendered(race.query_one("#race-right-speed")) == "target alone: 97.1 tok/s (runs: 96.2, 98.0)"
+            assert race.target_text == HELLO_TEXT  # streamed once, not twice
+            assert app.measured_baseline_tps == pytest.approx((8 / 0.0832 + 8 / 0.0816) / 2)
+            await pilot.press("escape")
+            values = app.query_one(StatsPanel).values
+            assert values["measured by"].startswith("race") and values["speed-up"] == "1.00× (not drafting)"
+
+    async def test_race_when_the_reply_drafted_shows_the_spread(self):
+        # speculative 200 tok/s; the target alone 50 and 40 tok/s (mean 45): 4.44×, 4.00–5.00×
+        session = FakeSession(list(HELLO), none_step_seconds=[0.02, 0.025])
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            verdict = rendered(app.screen.query_one("#race-verdict"))
+            assert verdict == ("measured speed-up 4.44×  (200.0 vs 45.0 tok/s; the target alone ran twice, "
+                               "50.0 and 40.0 tok/s: 4.00–5.00×) · identical replies · Esc closes")
+            assert app.measured_baseline_tps == pytest.approx(45.0)
+
+    async def test_closing_the_race_between_runs_keeps_the_first(self):
+        session = FakeSession(list(HELLO), none_step_seconds=0.02)
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "hi")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            session.step_delay = 0.1  # real time: 0.8 s a run, so Esc lands in the second one
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: len(app.race_runs) == 1, timeout=10)
+            assert app.generating == "race"
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.generating is None)
+            assert type(app.screen).__name__ == "ChatScreen"
+            assert app.measured_baseline_tps == pytest.approx(50.0)  # the finished run only
+
+
+class TestHelpersForHonesty:
+    @pytest.mark.parametrize("text, n_draft, answer, expected", [
+        ("Hello", 3, "Hello", 3),  # mid-answer: the same
+        ("</think>\n\nHi there", 12, "Hi there", 2),  # 10 characters of tag and blank came first
+        ("</think>\n\nHi", 5, "Hi", 0),  # the draft's share was all tag
+        ("ink>Hi", 6, "<thHi", 0),  # released from an earlier step: unknown, drawn as the target's
+        ("x", 1, "", 0),
+    ])
+    def test_answer_draft_chars(self, text, n_draft, answer, expected):
+        from localspec.tui.app import answer_draft_chars
+
+        assert answer_draft_chars(text, n_draft, answer) == expected
+
+
+# --- reasoning models: Qwen3's <think> block (issue 14) ---------------------------------------
+
+class TestThinking:
+    async def test_thinking_streams_into_a_closed_block_and_the_answer_below(self):
+        session = FakeSession(list(QWEN3), gate=threading.Event())
+        app = make_app(session, settings=Settings(show_draft_tokens=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "Say hello")
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.thinking == "The")
+            reply = app.reply
+            block = reply.query_one(".reply-thinking")
+            await wait_for(pilot, lambda: block.display and block.title == "Thinking… (3 tokens)")
+            assert block.collapsed and reply.text == ""
+            session.gate.set()
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            assert (reply.thinking, reply.text) == (QWEN3_THINKING, QWEN3_ANSWER)
+            assert block.collapsed and block.title == "Thought for 10 tokens"
+            assert rendered(reply.query_one(".thinking-body")) == QWEN3_THINKING
+            # draft colours in the answer: step 5 accepts "Hello", step 6 " How are you"
+            assert [reply.text[a:b] for a, b in reply.draft_spans] == ["Hello", " How are you"]
+            await pilot.pause()
+            assert reply.painted_text() == QWEN3_ANSWER  # no tags, no thinking in the answer
+            await pilot.press("f2")
+            assert reply.markdown.source == QWEN3_ANSWER  # the Markdown view too
+            await pilot.click(".reply-thinking CollapsibleTitle")
+            await pilot.pause()
+            assert not block.collapsed and reply.query_one(".thinking-body").region.height >= 1
+            # statistics cover both: 16 tokens in 6 passes, 10 of them thinking (steps 1–4)
+            app._refresh_panels(force=True)
+            values = app.query_one(StatsPanel).values
+            assert values["tokens/passes"] == "16 / 6" and values["thinking"] == "10 of 16 tokens"
+            assert "16 tokens (10 thinking)" in rendered(reply.query_one(".reply-summary"))
+            stored = app.store.messages(app.chat.id)[-1]
+            assert (stored.content, stored.thinking) == (QWEN3_ANSWER, QWEN3_THINKING)
+            assert stored.meta["stats"]["thinking_tokens"] == 10
+            # the history sent back holds the answer only (Qwen3's template drops old thinking)
+            await send(app, pilot, "And again")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
+            assert session.calls[-1]["messages"] == [
+                {"role": "user", "content": "Say hello"}, {"role": "assistant", "content": QWEN3_ANSWER},
+                {"role": "user", "content": "And again"}]
+            export = app.action_export().read_text()
+            assert "<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n</details>" in export
+            # the race compares answers: the target alone thinks the same and answers the same
+            await pilot.press("f5")
+            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            assert app.screen.target_text == QWEN3_ANSWER
+            assert "identical replies" in rendered(app.screen.query_one("#race-verdict"))
+
+    async def test_restart_shows_the_stored_thinking_closed(self):
+        app = make_app(FakeSession(list(QWEN3)))  # the Markdown view, a reply faster than the mount
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "Say hello")
+            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await pilot.pause()
+            block = app.query(ReplyView).last().query_one(".reply-thinking")
+            assert block.display and block.region.height == 1 and block.title == "Thought for 10 tokens"
+            await pilot.press("ctrl+q")
+        app2 = make_app(FakeSession(list(HELLO)))
+        async with app2.run_test(size=SIZE) as pilot:
+            await ready(app2, pilot)
+            reply = app2.query(ReplyView).last()
+            block = reply.query_one(".reply-thinking")
+            assert block.display and block.collapsed and block.title == "Thought for 10 tokens"
+            assert (reply.thinking, reply.text) == (QWEN3_THINKING, QWEN3_ANSWER)
+            svg = app2.export_screenshot().replace("&#160;", " ")
+            assert "Thought for 10 tokens" in svg and "Hello! How are you?" in svg
+            assert "The user wants" not in svg  # closed
+
+    async def test_stopped_while_thinking_keeps_the_thinking(self):
+        session = FakeSession(list(QWEN3), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "Say hello")
+            await wait_for(pilot, lambda: app.reply is not None and app.reply.thinking == "The")
+            await pilot.press("escape")
+            session.gate.set()
+            await wait_for(pilot, lambda: app.generating is None)
+            stored = app.store.messages(app.chat.id)[-1]
+            assert (stored.role, stored.status, stored.content) == ("assistant", "stopped", "")
+            assert stored.thinking.startswith("The")

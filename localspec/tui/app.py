@@ -12,6 +12,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.actions import SkipAction
@@ -19,20 +20,21 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
 from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec
 from ..settings import Settings, data_dir, load_settings, save_settings, settings_path
 from ..stats import RunStats
 from ..store import Chat, ChatStore, Message as StoredMessage, summary_line
+from ..thinking import ThinkSplitter, history_content
 from .screens import (
     ChatListScreen, ChatSettingsScreen, DownloadScreen, ErrorDialog, HelpScreen, LoadingScreen, PairChoice,
     PairScreen, RaceScreen, SettingsScreen,
 )
 from .widgets import (
     ChatInput, ChatLog, InspectedStep, ReplyView, StatsPanel, StepInspector, UserMessage, code_blocks,
-    stats_values,
+    race_speed_line, race_verdict, stats_values,
 )
 
 # Tuning choice: 8 panel refreshes a second is twice the required 4 and costs little CPU;
@@ -42,22 +44,41 @@ REFRESH_INTERVAL = 0.125
 # repaint also re-lays-out the chat log, and 50 Hz is as fast as a terminal shows anyway.
 TOKEN_VIEW_INTERVAL = 0.02
 INSPECTOR_STEPS = 12
+# Tuning choice: the worker asks why drafting is on or off at most 4 times a second (and
+# whenever k changes): explaining builds the mode's engine, cheap but not free at the few
+# hundred steps a second of a fast GPU, and the panel repaints at 8 Hz anyway.
+DRAFTING_INTERVAL = 0.25
+# Tuning choice: the race runs the target alone twice, so that what two runs of one
+# computation differ by on this machine (the noise) is measured beside any gain.
+RACE_RUNS = 2
 
 
 # --- messages from the workers --------------------------------------------------------------
 
 class StepArrived(Message):
+    """One engine step, read in the worker. ``answer`` is the step's text less any thinking
+    (``thinking``), and ``n_draft_chars`` counts the answer's leading characters that came from
+    the draft; ``drafting`` is the controller's account when it was asked (else None)."""
+
     def __init__(self, gen_id: int, kind: str, step, n_draft_chars: int, inspected: InspectedStep,
-                 t_yield: float) -> None:
+                 t_yield: float, thinking: str = "", answer: str | None = None, thinking_tokens: int = 0,
+                 drafting=None) -> None:
         super().__init__()
         self.gen_id, self.kind, self.step = gen_id, kind, step
         self.n_draft_chars, self.inspected, self.t_yield = n_draft_chars, inspected, t_yield
+        self.thinking, self.answer = thinking, step.text if answer is None else answer
+        self.thinking_tokens, self.drafting = thinking_tokens, drafting
 
 
 class GenerationDone(Message):
-    def __init__(self, gen_id: int, kind: str, status: str, error: str | None) -> None:
+    """The end of a worker's run; ``rest`` is the (thinking, answer) text the splitter held back
+    to the end (a tag that never completed), ``drafting`` the controller's account after it."""
+
+    def __init__(self, gen_id: int, kind: str, status: str, error: str | None,
+                 rest: tuple[str, str] = ("", ""), drafting=None) -> None:
         super().__init__()
         self.gen_id, self.kind, self.status, self.error = gen_id, kind, status, error
+        self.rest, self.drafting = rest, drafting
 
 
 class LoadProgress(Message):
@@ -89,6 +110,58 @@ def split_draft_chars(pieces: list[str], text: str, n_draft: int) -> int:
         return len("".join(pieces[:n_draft]))
     target_part = "".join(pieces[n_draft:]).replace("\ufffd", "")
     return max(0, min(len(text) - len(target_part), len(text)))
+
+
+def answer_draft_chars(text: str, n_draft_chars: int, answer: str) -> int:
+    """How many leading characters of ``answer`` came from the draft, where ``answer`` is what
+    the thinking splitter released of a step's ``text`` whose first ``n_draft_chars`` came from
+    the draft. Mid-answer the two are equal; when the answer is the text's tail (after
+    ``</think>``) the draft's share shifts with it; text released from an earlier step (a
+    held-back partial tag) has no known source and is drawn as the target's."""
+    if not answer or not text.endswith(answer):
+        return 0
+    return max(0, min(n_draft_chars - (len(text) - len(answer)), len(answer)))
+
+
+class StepReader:
+    """The worker thread's side of each step: token texts for the inspector, the thinking
+    split, and the drafting line (``Session.drafting_state``, asked for at most every
+    DRAFTING_INTERVAL seconds or when k changes; ``explain=False`` never asks)."""
+
+    def __init__(self, session, mode: str | None, explain: bool) -> None:
+        self.session, self.mode = session, mode
+        self._ask = getattr(session, "drafting_state", None) if explain else None
+        # a session whose chat template opens the <think> block in the prompt may say so
+        self.splitter = ThinkSplitter(opened=bool(getattr(session, "opens_thinking", False)))
+        self.index = 0
+        self._asked_at, self._asked_k = float("-inf"), None
+
+    def read(self, gen_id: int, kind: str, step) -> StepArrived:
+        self.index += 1
+        text_of = self.session.token_text
+        n_draft = min(step.n_accepted, len(step.emitted))
+        inspected = InspectedStep(self.index, step.k, tuple(text_of(t) for t in step.drafted),
+                                  step.n_accepted, text_of(step.token))
+        n_draft_chars = split_draft_chars([text_of(t) for t in step.emitted], step.text, n_draft)
+        thinking, answer = self.splitter.feed(step.text)
+        # a step is counted whole: thinking if it added nothing to the answer (the <think> and
+        # </think> tokens and the blank after them included)
+        thinks = not answer and (thinking or self.splitter.state in ("thinking", "after"))
+        return StepArrived(gen_id, kind, step, answer_draft_chars(step.text, n_draft_chars, answer),
+                           inspected, time.perf_counter(), thinking, answer,
+                           len(step.emitted) if thinks else 0, self.drafting(step.k))
+
+    def drafting(self, k: int | None = None, force: bool = False):
+        if self._ask is None:
+            return None
+        now = time.perf_counter()
+        if not force and k == self._asked_k and now - self._asked_at < DRAFTING_INTERVAL:
+            return None
+        self._asked_at, self._asked_k = now, k
+        try:
+            return self._ask(self.mode)
+        except Exception:  # an explanation: it must never end a reply
+            return None
 
 
 # --- the chat screen ------------------------------------------------------------------------
@@ -183,11 +256,16 @@ class LocalspecApp(App):
         self._stop_event = threading.Event()
         self.reply: ReplyView | None = None
         self.reply_stats = RunStats()
+        self.reply_thinking_tokens = 0
         self.totals = RunStats()
+        self.drafting = None  # the controller's DraftingState: why drafting is on or off
         self.inspected: deque[InspectedStep] = deque(maxlen=INSPECTOR_STEPS)
         self.measured_baseline_tps: float | None = None
         self.race_run = RunStats()
+        self.race_runs: list[tuple[RunStats, str]] = []  # the target alone's runs and their status
         self.race_screen: RaceScreen | None = None
+        self._race_prompt: list[dict] = []
+        self._race_drafted = True
         self.show_colours = bool(getattr(settings, "show_draft_tokens", False))
         self._panels_dirty = False
         self._last_token_paint = 0.0
@@ -387,7 +465,21 @@ class LocalspecApp(App):
         self.measured_baseline_tps = None
         self.sub_title = f"{m.label} · {m.session.mode}"
         self.tell(f"{m.label} ready ({m.session.mode})", timeout=3)
+        self._ask_drafting()
         self._refresh_panels(force=True)
+
+    def _ask_drafting(self) -> None:
+        """The drafting line while idle (while a reply streams, its worker sends it)."""
+        ask = getattr(self.session, "drafting_state", None)
+        lock = getattr(self.session, "lock", None)
+        # never beside a step still running in a worker (a left chat's stops at its next step)
+        if ask is None or self.generating or (lock is not None and lock.locked()):
+            return
+        try:
+            self.drafting = ask(self.chat.mode if self.chat and self.chat.mode else None)
+        except Exception:  # e.g. a chat's "draft" mode on a pair without a draft model
+            self.drafting = None
+        self._panels_dirty = True
 
     @work(thread=True, group="close")
     def _close_session(self, session, timeout: float = 30.0) -> None:
@@ -408,7 +500,9 @@ class LocalspecApp(App):
     def _reset_reply_view(self) -> None:
         """Another chat: the panel's 'this reply' figures and the inspector start empty."""
         self.reply_stats = RunStats()
+        self.reply_thinking_tokens = 0
         self.inspected.clear()
+        self._ask_drafting()  # the chat's own drafting mode
         self._panels_dirty = True
 
     def _abandon_reply(self) -> None:
@@ -454,7 +548,8 @@ class LocalspecApp(App):
             return UserMessage(m.content, message_id=m.id, classes="user-msg")
         stats = (m.meta or {}).get("stats") or {}
         view = ReplyView(m.content, (m.meta or {}).get("draft_spans", ()), summary_line(stats) if stats else "",
-                         m.status, classes="reply")
+                         m.status, thinking=m.thinking, thinking_tokens=stats.get("thinking_tokens"),
+                         classes="reply")
         view.message_id = m.id
         if self.show_colours:
             view.add_class("-tokens")
@@ -464,7 +559,8 @@ class LocalspecApp(App):
         out = []
         if self.chat and self.chat.system_prompt:
             out.append({"role": "system", "content": self.chat.system_prompt})
-        out += [{"role": m.role, "content": m.content} for m in self.history if m.role in ("user", "assistant")]
+        out += [{"role": m.role, "content": history_content(m.content, m.thinking) if m.role == "assistant"
+                 else m.content} for m in self.history if m.role in ("user", "assistant")]
         return out
 
     def _params(self):
@@ -510,6 +606,7 @@ class LocalspecApp(App):
         if log.is_anchored:  # the user may have scrolled up: a new reply follows the bottom again
             log.call_after_refresh(log.anchor)
         self.reply_stats = RunStats()
+        self.reply_thinking_tokens = 0
         self._reply_chat_id = self.chat.id
         self.inspected.clear()
         mode = self.chat.mode if self.chat and self.chat.mode else None
@@ -529,17 +626,11 @@ class LocalspecApp(App):
         session = self.session
         status, error = "done", None
         steps = None
+        reader = StepReader(session, mode, explain=kind == "chat")
         try:
             steps = session.chat(messages, params, max_tokens, mode)
-            index = 0
             for step in steps:
-                index += 1
-                n_draft = min(step.n_accepted, len(step.emitted))
-                pieces = [session.token_text(t) for t in step.emitted]
-                inspected = InspectedStep(index, step.k, tuple(session.token_text(t) for t in step.drafted),
-                                          step.n_accepted, session.token_text(step.token))
-                self.post_message(StepArrived(gen_id, kind, step, split_draft_chars(pieces, step.text, n_draft),
-                                              inspected, time.perf_counter()))
+                self.post_message(reader.read(gen_id, kind, step))
                 if stop.is_set() or worker.is_cancelled:  # checked between steps
                     status = "stopped" if not step.finish else "done"
                     break
@@ -550,21 +641,25 @@ class LocalspecApp(App):
         finally:
             if steps is not None:
                 steps.close()  # the engine leaves both caches consistent between steps
-        self.post_message(GenerationDone(gen_id, kind, status, error))
+        self.post_message(GenerationDone(gen_id, kind, status, error, reader.splitter.flush(),
+                                         reader.drafting(force=True)))
 
     async def on_step_arrived(self, m: StepArrived) -> None:
         if m.gen_id != self.gen_id:
             return
         if m.kind == "race":
             self.race_run.add(m.step)
-            if self.race_screen is not None:
-                await self.race_screen.append(m.step.text, self.race_run.tokens_per_second)
+            await self._race_step(m.answer)
             return
         self.reply_stats.add(m.step)
         self.totals.add(m.step)
         self.inspected.append(m.inspected)
+        self.reply_thinking_tokens += m.thinking_tokens
+        if m.drafting is not None:
+            self.drafting = m.drafting
         if self.reply is not None:
-            await self.reply.append(m.step.text, m.n_draft_chars)
+            self.reply.append_thinking(m.thinking, m.thinking_tokens)
+            await self.reply.append(m.answer, m.n_draft_chars)
             now = time.perf_counter()
             if self.show_colours and now - self._last_token_paint >= TOKEN_VIEW_INTERVAL:
                 self._last_token_paint = now
@@ -575,22 +670,27 @@ class LocalspecApp(App):
         if m.gen_id != self.gen_id:
             return
         if m.kind == "race":
-            await self._race_done(m)
             self.generating = None
+            await self._race_done(m)  # may start the target alone's next run
             return
         reply, self.reply = self.reply, None
         if m.error:
             self.tell(m.error, title="Generation failed", severity="error", timeout=10)
+        if m.drafting is not None:
+            self.drafting = m.drafting
         if reply is None:
             self.generating = None
             return
+        reply.append_thinking(m.rest[0])
+        await reply.append(m.rest[1], 0)
         self._panels_dirty = True
         self._refresh_panels(force=True)
         stats = self._reply_stats_dict()
         await reply.finish(m.status, summary_line(stats))
-        if reply.text or m.status != "error":
+        if reply.text or reply.thinking or m.status != "error":
             msg = self.store.add_message(self._reply_chat_id, "assistant", reply.text, m.status,
-                                         {"stats": stats, "draft_spans": reply.draft_spans})
+                                         {"stats": stats, "draft_spans": reply.draft_spans},
+                                         thinking=reply.thinking)
             reply.message_id = msg.id
             self.history.append(msg)
         else:
@@ -600,8 +700,14 @@ class LocalspecApp(App):
     def _reply_stats_dict(self) -> dict:
         stats = self.reply_stats.as_dict()
         baseline = self.measured_baseline_tps or (self.session.baseline_tokens_per_second if self.session else None)
-        if baseline and self.reply_stats.tokens_per_second:
+        if self.reply_stats.n_steps and self.reply_stats.n_drafted == 0:
+            stats["speedup"] = 1.0  # the target's own computation: any other ratio is noise
+        elif baseline and self.reply_stats.tokens_per_second:
             stats["speedup"] = self.reply_stats.tokens_per_second / baseline
+        if self.reply_thinking_tokens:
+            stats["thinking_tokens"] = self.reply_thinking_tokens
+        if self.drafting is not None:
+            stats["drafting"] = self.drafting.as_dict()
         stats["mode"] = (self.chat.mode if self.chat and self.chat.mode else None) or (
             self.session.mode if self.session else None)
         return stats
@@ -619,14 +725,18 @@ class LocalspecApp(App):
         s = self.session
         values = stats_values(self.reply_stats, self.totals, s.baseline_tokens_per_second if s else None,
                               s.baseline_note if s else "no pair loaded", self.measured_baseline_tps,
-                              (self.chat.mode if self.chat and self.chat.mode else None) or (s.mode if s else "–"))
+                              (self.chat.mode if self.chat and self.chat.mode else None) or (s.mode if s else "–"),
+                              self.drafting.line if self.drafting is not None else None,
+                              self.reply_thinking_tokens)
         offload = getattr(s, "offload", None) if s else None
         panel.show(values, self.reply_stats.tokens_per_pass_history, offload.short if offload else "")
         inspector = self.chat_screen.query_one("#inspector", StepInspector)
         if inspector.display:
             inspector.show(list(self.inspected))
-        if self.show_colours and self.reply is not None:
-            self.reply.refresh_token_view()
+        if self.reply is not None:
+            self.reply.refresh_thinking()
+            if self.show_colours:
+                self.reply.refresh_token_view()
 
     def _keep_anchored(self) -> None:
         """Follow the stream at the bottom. Anchoring only once the log overflows: Textual's
@@ -783,7 +893,7 @@ class LocalspecApp(App):
             if result:
                 self.chat = self.store.update_chat(self.chat.id, **result)
                 self.tell("chat settings saved", timeout=2)
-                self._panels_dirty = True
+                self._ask_drafting()  # the mode may have changed
 
         self.push_screen(ChatSettingsScreen(self.chat.system_prompt, sampling,
                                             self.chat.max_tokens or self.settings.max_tokens, current, modes), saved)
@@ -812,25 +922,56 @@ class LocalspecApp(App):
             self.tell("nothing to race yet: send a message first", severity="warning", timeout=3)
             return
         reply = self.history[i]
-        spec_tps = ((reply.meta or {}).get("stats") or {}).get("tokens_per_second") or 0.0
+        stats = (reply.meta or {}).get("stats") or {}
+        spec_tps = stats.get("tokens_per_second") or 0.0
         messages = self._messages_for_model()
         # the prompt as it was before the last reply
         j = max(k for k, m in enumerate(messages) if m["role"] == "user")
-        self.race_run = RunStats()
-        mode = (reply.meta or {}).get("stats", {}).get("mode") or self.session.mode
+        self._race_prompt = messages[: j + 1]
+        self._race_drafted = stats.get("n_drafted") != 0  # a reply stored without the count: maybe
+        self.race_runs = []
+        mode = stats.get("mode") or self.session.mode
         self.race_screen = RaceScreen(reply.content, spec_tps, mode)
         self.push_screen(self.race_screen)
-        self._generate_start("race", messages[: j + 1], "none")
+        self._race_next()
+
+    def _race_next(self) -> None:
+        """One more run of the target alone on the same prompt (the race runs it RACE_RUNS times)."""
+        self.race_run = RunStats()
+        self._generate_start("race", self._race_prompt, "none")
+
+    async def _race_step(self, answer: str) -> None:
+        """The first run streams into the race screen; later ones only update the speeds."""
+        if self.race_screen is None:
+            return
+        if not self.race_runs and answer:
+            await self.race_screen.append(answer, self.race_run.tokens_per_second)
+        speeds = [r.tokens_per_second for r, _ in self.race_runs] + [self.race_run.tokens_per_second]
+        self.race_screen.query_one("#race-right-speed", Static).update(race_speed_line(speeds, running=True))
 
     async def _race_done(self, m: GenerationDone) -> None:
-        tps = self.race_run.tokens_per_second
         if m.error:
             self.tell(m.error, title="Race failed", severity="error")
-        if tps and m.status == "done":
-            self.measured_baseline_tps = tps  # the measured ratio replaces the estimate
-        if self.race_screen is not None:
-            await self.race_screen.finish(tps, m.status)
+        if self.race_screen is not None and not self.race_runs and m.rest[1]:
+            await self.race_screen.append(m.rest[1], self.race_run.tokens_per_second)
+        self.race_runs.append((self.race_run, m.status))
+        if m.status == "done" and len(self.race_runs) < RACE_RUNS and self.race_screen is not None:
+            self._race_next()
+            return
+        done = [r.tokens_per_second for r, status in self.race_runs if status == "done" and r.tokens_per_second]
+        if done:
+            self.measured_baseline_tps = sum(done) / len(done)  # the measured ratio replaces the estimate
         self._panels_dirty = True
+        if self.race_screen is None:
+            return
+        screen, speeds = self.race_screen, [r.tokens_per_second for r, _ in self.race_runs]
+        runs = [t for t in speeds if t]
+        await screen.finish(sum(runs) / len(runs) if runs else 0.0, m.status)
+        # the screen's own verdict knows one run and no drafting; ours says both
+        note = "" if m.status == "done" else f" ({m.status})"
+        screen.query_one("#race-right-speed", Static).update(race_speed_line(speeds, running=False, note=note))
+        verdict = race_verdict(screen.spec_tps, self._race_drafted, speeds, screen.spec_text == screen.target_text)
+        screen.query_one("#race-verdict", Static).update(Text(verdict, style="bold"))
 
     def action_close_race(self) -> None:
         self.action_stop()
@@ -853,11 +994,12 @@ class LocalspecApp(App):
 
     def _persist_partial(self) -> None:
         """On quit (or leaving the chat) mid-reply the partial reply is kept, marked stopped."""
-        if self.generating == "chat" and self.reply is not None and self.reply.text:
+        if self.generating == "chat" and self.reply is not None and (self.reply.text or self.reply.thinking):
             self._stop_event.set()
             try:
                 self.store.add_message(self._reply_chat_id, "assistant", self.reply.text, "stopped",
-                                       {"stats": self._reply_stats_dict(), "draft_spans": self.reply.draft_spans})
+                                       {"stats": self._reply_stats_dict(), "draft_spans": self.reply.draft_spans},
+                                       thinking=self.reply.thinking)
             except sqlite3.Error as e:  # e.g. its chat was just deleted: nothing to keep it in
                 self.log.warning(f"partial reply not kept: {e}")
             self.generating = None

@@ -2,7 +2,8 @@
 
 Nouns: ``ChatInput``, ``ChatLog``, ``UserMessage``, ``ReplyView``, ``StatsPanel``,
 ``StepInspector``. Colours of draft tokens: a reply keeps the character spans that came from
-accepted draft tokens (``Step.emitted[:n_accepted]``); the token view paints them.
+accepted draft tokens (``Step.emitted[:n_accepted]``); the token view paints them. A reasoning
+model's thinking (``localspec.thinking``) goes to a collapsed block above its answer.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import Markdown, Sparkline, Static, TextArea
+from textual.widgets import Collapsible, Markdown, Sparkline, Static, TextArea
 
 from ..stats import RunStats
 
@@ -85,9 +87,13 @@ class ReplyView(Vertical):
     """One assistant reply: Markdown view (streamed) and the token view (draft colours)."""
 
     def __init__(self, text: str = "", draft_spans: Sequence[Sequence[int]] = (),
-                 summary: str = "", status: str = "done", **kwargs) -> None:
+                 summary: str = "", status: str = "done", thinking: str = "",
+                 thinking_tokens: int | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.text = text
+        self.text = text  # the answer; a reasoning model's thinking is apart in ``thinking``
+        self.thinking = thinking
+        self.thinking_tokens = thinking_tokens
+        self._thinking_dirty = False
         self.draft_spans: list[tuple[int, int]] = [tuple(s) for s in draft_spans]  # type: ignore[misc]
         self.status = status
         self.message_id: int | None = None  # set once the reply is stored
@@ -99,6 +105,10 @@ class ReplyView(Vertical):
         self._chunk_start = 0
 
     def compose(self):
+        block = Collapsible(Static(self._thinking_body(), classes="thinking-body"),
+                            title=self._thinking_title(), collapsed=True, classes="reply-thinking")
+        block.display = bool(self.thinking)
+        yield block
         yield Markdown(visible(self.text), classes="reply-md")
         yield Vertical(classes="reply-tokens")
         yield Static(self._summary_text(), classes="reply-summary")
@@ -106,6 +116,40 @@ class ReplyView(Vertical):
     @property
     def markdown(self) -> Markdown:
         return self.query_one(".reply-md", Markdown)
+
+    # --- thinking: a collapsed, dimmed block; opened with a click or Enter on its title ----
+    def append_thinking(self, text: str, n_tokens: int = 0) -> None:
+        """Add thinking text; drawn by ``refresh_thinking`` (the app's panel timer), since
+        re-wrapping a long thinking at every step would cost O(thinking) per token."""
+        if n_tokens:
+            self.thinking_tokens = (self.thinking_tokens or 0) + n_tokens
+        if text or n_tokens:
+            self.thinking += text
+            self._thinking_dirty = True
+
+    def refresh_thinking(self, force: bool = False) -> None:
+        if not (force or self._thinking_dirty):
+            return
+        try:
+            block = self.query_one(".reply-thinking", Collapsible)
+        except NoMatches:  # not composed yet: compose draws what has come by then
+            return
+        self._thinking_dirty = False
+        block.display = bool(self.thinking or (self.status == "streaming" and self.thinking_tokens))
+        block.title = self._thinking_title()
+        if not block.collapsed or force:  # a closed block's text is drawn when it opens
+            self.query_one(".thinking-body", Static).update(self._thinking_body())
+
+    def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        self.refresh_thinking(force=True)
+
+    def _thinking_title(self) -> str:
+        count, unit = (self.thinking_tokens, "token") if self.thinking_tokens else (len(self.thinking), "character")
+        n = f"{count} {unit}{'' if count == 1 else 's'}"
+        return f"Thinking… ({n})" if self.status == "streaming" else f"Thought for {n}"
+
+    def _thinking_body(self) -> Text:
+        return Text(visible(self.thinking), style="italic")
 
     async def on_mount(self) -> None:
         if self.status == "streaming":
@@ -157,6 +201,7 @@ class ReplyView(Vertical):
         self._summary = summary
         self.query_one(".reply-summary", Static).update(self._summary_text())
         self.refresh_token_view(force=True)
+        self.refresh_thinking(force=True)
 
     def _summary_text(self) -> Text:
         text = Text()
@@ -233,27 +278,40 @@ def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
     return f"{x:{spec}}{suffix}"
 
 
+NOT_DRAFTING = "1.00× (not drafting)"
+
+
+def speedup_text(run: RunStats, baseline: float | None, how: str = "") -> str:
+    """``run``'s tokens/s over the target alone's, then ``how`` the baseline was had. A run
+    that drafted nothing did the target's own computation, so it reads 1.00× whatever its
+    ratio to the estimate (that ratio is noise)."""
+    if run.n_steps and run.n_drafted == 0:
+        return NOT_DRAFTING
+    speedup = run.tokens_per_second / baseline if baseline and run.tokens_per_second else None
+    return _fmt(speedup, ".2f", "×") + (how if speedup else "")
+
+
 def stats_values(run: RunStats, totals: RunStats, baseline_tps: float | None, baseline_note: str,
-                 measured_baseline_tps: float | None = None, mode: str = "draft") -> dict[str, str]:
+                 measured_baseline_tps: float | None = None, mode: str = "draft",
+                 drafting: str | None = None, thinking_tokens: int = 0) -> dict[str, str]:
     """The panel's rows, label → value, from this reply's and the session's statistics.
 
     The speed-up is this reply's decode tokens/s over the target-only tokens/s: the race's
-    measured figure when there is one, else the estimate measured at load.
+    measured figure when there is one, else the estimate measured at load. ``drafting`` is
+    the controller's own account (``DraftingState.line``); the panel draws it full width.
     """
     baseline = measured_baseline_tps or baseline_tps
-    speedup = run.tokens_per_second / baseline if baseline and run.tokens_per_second else None
     total_time = run.draft_seconds + run.verify_seconds + run.overhead_seconds
     split = (f"{run.draft_seconds / total_time * 100:.0f}% / {run.verify_seconds / total_time * 100:.0f}%"
              f" (+{run.overhead_seconds / total_time * 100:.0f}%)") if total_time > 0 else "–"
-    t_speed = totals.tokens_per_second / baseline if baseline and totals.tokens_per_second else None
     # labels fit 14 cells so the panel reads on an 80-column terminal
-    return {
+    reply = {
         "mode": mode,
+        "drafting": drafting or "–",
         "tokens/s": _fmt(run.tokens_per_second or None, ".1f"),
         "target alone": _fmt(baseline, ".1f", " tok/s"),
         "measured by": "race (target alone, same prompt)" if measured_baseline_tps else baseline_note,
-        "speed-up": _fmt(speedup, ".2f", "×") + (" measured" if measured_baseline_tps and speedup else
-                                                 " est." if speedup else ""),
+        "speed-up": speedup_text(run, baseline, " measured" if measured_baseline_tps else " est."),
         "predicted": _fmt(run.predicted_speedup, ".2f", "×"),
         "acceptance": _fmt(None if run.acceptance_rate is None else run.acceptance_rate * 100, ".0f", "%"),
         "tokens/pass": _fmt(run.tokens_per_pass or None, ".2f"),
@@ -261,12 +319,28 @@ def stats_values(run: RunStats, totals: RunStats, baseline_tps: float | None, ba
         "draft/verify": split,
         "first token": _fmt(run.first_token_seconds, ".2f", " s"),
         "tokens/passes": f"{run.n_tokens} / {run.n_steps}",
+    }
+    if thinking_tokens:  # a reasoning model: how much of this reply was thinking
+        reply["thinking"] = f"{thinking_tokens} of {run.n_tokens} tokens"
+    return reply | {
         "total tokens": f"{totals.n_tokens} / {totals.n_steps} passes",
         "total tok/s": _fmt(totals.tokens_per_second or None, ".1f"),
-        "total speed-up": _fmt(t_speed, ".2f", "×"),
+        "total speed-up": speedup_text(totals, baseline),
         "total accepted": _fmt(None if totals.acceptance_rate is None else totals.acceptance_rate * 100,
                                ".0f", "%"),
     }
+
+
+def drafting_text(line: str) -> Text:
+    """The drafting row: 'on' green, 'off' amber, then the controller's reason in words."""
+    text = Text("drafting ", style="dim")
+    state, sep, why = line.partition(": ")
+    if sep and state in ("on", "off"):
+        text.append(state, style="bold #00af5f" if state == "on" else "bold #d78700")
+        text.append(sep + why)
+    else:
+        text.append(line)
+    return text
 
 
 class StatsPanel(Vertical):
@@ -286,6 +360,7 @@ class StatsPanel(Vertical):
         offload = Static("", id="stats-offload")
         offload.display = False  # shown once a pair is loaded
         yield offload
+        yield Static("", id="stats-drafting")
         yield Static("", id="stats-table")
         yield Static("tokens per target pass", classes="spark-label")
         yield Sparkline([], id="stats-spark", summary_function=max)
@@ -300,15 +375,61 @@ class StatsPanel(Vertical):
             line = self.query_one("#stats-offload", Static)
             line.display = bool(offload)
             line.update(Text(offload, style="bold" if offload.startswith("GPU") else "dim"))
+        self.query_one("#stats-drafting", Static).update(drafting_text(values.get("drafting", "–")))
         table = Table.grid(padding=(0, 1))
         table.add_column(style="dim", no_wrap=True)
         table.add_column(style="bold", overflow="fold")
         for label, value in values.items():
+            if label == "drafting":  # a sentence: drawn full width above the table, wrapped
+                continue
             if label == "total tokens":
                 table.add_row(Text("─ session ─", style="dim"), "")
             table.add_row(label, Text(value))
         self.query_one("#stats-table", Static).update(table)
         self.query_one("#stats-spark", Sparkline).data = list(history[-self.SPARK_STEPS:])
+
+
+# --- race ------------------------------------------------------------------------------
+
+_COUNT = {1: "one", 2: "two", 3: "three", 4: "four"}
+_TIMES = {1: "once", 2: "twice", 3: "three times"}
+
+
+def _tps_list(values: Sequence[float]) -> str:
+    shown = [f"{v:.1f}" for v in values]
+    return " and ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
+
+
+def race_verdict(spec_tps: float, spec_drafted: bool, target_tps: Sequence[float], same: bool) -> str:
+    """The race's last line. The target alone runs more than once, so the line can say how
+    much two runs of one computation differ here (the noise) beside any gain: a reply that
+    drafted nothing is the target's own computation, and its ratio *is* that noise."""
+    runs = [t for t in target_tps if t > 0]
+    replies = "identical replies" if same else "replies differ"
+    if not runs or spec_tps <= 0:
+        return f"no complete run to compare · {replies} · Esc closes"
+    if not spec_drafted:
+        every = [spec_tps, *runs]
+        noise = (max(every) / min(every) - 1) * 100
+        return (f"neither side drafted: the {_COUNT.get(len(every), len(every))} runs differ by {noise:.0f}% "
+                f"(noise, not a speed-up): {spec_tps:.1f} tok/s in the chat, {_tps_list(runs)} tok/s for the "
+                f"target alone · {replies} · Esc closes")
+    mean = sum(runs) / len(runs)
+    spread = (f"the target alone ran {_TIMES.get(len(runs), f'{len(runs)} times')}, {_tps_list(runs)} tok/s: "
+              f"{spec_tps / max(runs):.2f}–{spec_tps / min(runs):.2f}×" if len(runs) > 1
+              else "one run of the target alone, so no spread")
+    return (f"measured speed-up {spec_tps / mean:.2f}×  ({spec_tps:.1f} vs {mean:.1f} tok/s; {spread}) · "
+            f"{replies} · Esc closes")
+
+
+def race_speed_line(target_tps: Sequence[float], running: bool, note: str = "") -> str:
+    """The target-alone column's heading: the mean and each run's tokens/s."""
+    runs = [t for t in target_tps if t > 0]
+    if not runs:
+        return "target alone: running…"
+    mean = sum(runs) / len(runs)
+    each = f" (runs: {', '.join(f'{t:.1f}' for t in runs)})" if len(runs) > 1 else ""
+    return f"target alone: {mean:.1f} tok/s{each}{' (running)' if running else note}"
 
 
 # --- step inspector ----------------------------------------------------------------------
