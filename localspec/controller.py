@@ -30,11 +30,18 @@ PROBE_K = 2
 # draft's catch-up on accepted tokens and per-step Python work, a few per cent together.
 MIN_GAIN = 1.05
 OPTIMISTIC_ALPHA = 0.95  # if even this acceptance cannot pay, probing is pointless
+# ... and "pay" means by this much: a try after a stretch without drafting also makes the draft
+# model catch up on every token since it last ran, which the model leaves out. On the Q4 target
+# here (a draft pass 0.48 T(1), T(2) 1.43 T(1)) even 95 % acceptance promised only 1.07x, and
+# one such try per reply cost 4-9 % of a 96-token reply.
+PROBE_GAIN = 1.15
 # The model can be wrong where it is blind (drafts cut short by p_min, prose where the draft
 # hesitates): so drafting must also *measure* faster than the target alone. A trial of this
-# many drafting steps decides; within GUARD_TOLERANCE of the baseline counts as a tie.
+# many drafting steps decides. A tie is not enough (GUARD_TOLERANCE 1): on the Q4 target here,
+# where a draft pass costs half a target pass, drafting that measured within 3 % of the target
+# alone still ran 6 % slower over whole replies (catch-up passes and trials are not judged).
 TRIAL_STEPS = 4
-GUARD_TOLERANCE = 0.97
+GUARD_TOLERANCE = 1.0
 UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best near 4 here
 # Exploration: a verify size whose estimate is uncertain (costs.VerifyCurve.uncertain) and that
 # would win were its estimate this much too high gets measured, at most once per EXPLORE_EVERY
@@ -42,6 +49,12 @@ UNMEASURED_K = 4  # before any timing exists; llama.cpp's example measured best 
 # and exploring costs at most a share 1/EXPLORE_EVERY of steps, each only a little slower.
 EXPLORE_MARGIN = 0.3
 EXPLORE_EVERY = 16
+# ... and within a budget: each step earns EXPLORE_SHARE of its own (estimated) time, and a
+# measurement spends what it costs beyond the step it pads; so exploring costs at most 1 % of
+# decode time. Without it, padding to sizes past 8 on a compute-bound target (where T(17) is
+# 4 passes) cost 5 % of the Q4 target's speed here; with 2 %, prompt lookup on prose (which
+# rarely proposes) still lost a few per cent to it on the F16 target.
+EXPLORE_SHARE = 0.01
 
 
 def decayed_counts(accepted: float, rejected: float, n_drafted: int, n_accepted: int) -> tuple[float, float]:
@@ -230,6 +243,7 @@ class DraftController:
         self._realized: float | None = None  # EMA tokens/s of steps that drafted
         self._n_realized = 0
         self._since_explore = 0
+        self._credit = 0.0  # seconds of exploration earned (EXPLORE_SHARE of every step)
         self._resumed = False  # the last trial found that drafting pays again
 
     @property
@@ -267,6 +281,12 @@ class DraftController:
             return Choice(0, base, base)
         return Choice(k, speed, base)
 
+    def worth_trying(self) -> bool:
+        """Whether drafting could pay on this hardware at all: even at OPTIMISTIC_ALPHA it
+        must promise PROBE_GAIN over the target alone, or it is never tried."""
+        speeds = self.speeds(OPTIMISTIC_ALPHA)
+        return bool(speeds.max() >= PROBE_GAIN * speeds[0])
+
     def drafting_pays(self) -> bool:
         """Measured, not modelled: the last trial's drafting steps kept up with the target alone."""
         if self._n_realized < TRIAL_STEPS:
@@ -282,23 +302,30 @@ class DraftController:
         return self._explore(choice)
 
     def _explore(self, choice: Choice) -> Choice:
-        """Every EXPLORE_EVERY steps, measure a verify size whose estimate is uncertain (few,
+        """Every EXPLORE_EVERY steps at most, within the budget, measure a verify size whose estimate is uncertain (few,
         no or old samples) if it would win were its estimate EXPLORE_MARGIN too high: a size
         the controller believes too expensive is otherwise never used, so never corrected.
         A larger size is measured by padding this step's verify; the single-token size, by a
         step that drafts nothing."""
+        step = choice.k * self.costs.t_draft + self.costs.T(choice.k + 1)
         self._since_explore += 1
+        self._credit = min(self._credit + EXPLORE_SHARE * step, step * EXPLORE_EVERY)
         if self._since_explore < EXPLORE_EVERY:
             return choice
-        n = self._size_to_measure(choice.k)
+        n = self._size_to_measure(choice.k, step)
         if n is None:
             return choice
         self._since_explore = 0
         if n == 1:
+            self._credit -= step
             return Choice(0, 1.0 / self.costs.T(1), choice.baseline_tps)
+        self._credit -= self.costs.T(n) - self.costs.T(choice.k + 1)
         return Choice(choice.k, choice.predicted_tps, choice.baseline_tps, measure=n)
 
-    def _size_to_measure(self, k_now: int) -> int | None:
+    def _size_to_measure(self, k_now: int, step: float) -> int | None:
+        """The most promising size that could win and that the exploration budget affords:
+        padding to size n costs T(n) - T(k_now + 1) more than this step, a forced step
+        without drafting about a whole step."""
         speeds = self.speeds()
         ks = np.arange(self.max_k + 1)
         optimistic = expected_tokens(self.alpha, ks) / (
@@ -307,8 +334,11 @@ class DraftController:
         # sizes above this step's are measured by padding; T(1) only once it is old (it is
         # measured whenever k = 0 is chosen, and a step without drafting is costly to force)
         old_t1 = (curve.age(1) or 0) > STALE_AFTER
+        curve_T = self.costs.curve(self.max_k + 1)
+        cost = [step if k == 0 else curve_T[k + 1] - curve_T[k_now + 1] for k in range(self.max_k + 1)]
         could_win = [k for k in range(self.max_k + 1) if k != k_now and curve.uncertain(k + 1)
-                     and optimistic[k] > speeds[k_now] and (k > k_now or (k == 0 and old_t1))]
+                     and optimistic[k] > speeds[k_now] and (k > k_now or (k == 0 and old_t1))
+                     and cost[k] <= self._credit]
         if not could_win:
             return None
         return max(could_win, key=lambda k: optimistic[k]) + 1
@@ -322,7 +352,7 @@ class DraftController:
         if choice.k > 0 or self.fixed_k is not None or not self.costs.verify:
             return choice
         model_k, _ = self._best_k()
-        if model_k == 0 and self._best_k(OPTIMISTIC_ALPHA)[0] == 0:
+        if model_k == 0 and not self.worth_trying():
             return choice  # the hardware rules drafting out whatever the acceptance
         self._since_draft += 1
         if self._since_draft < self._probe_every:
@@ -409,12 +439,12 @@ def explain(ctl: DraftController) -> DraftingState:
         return DraftingState(False, 0, f"drafting measured {ctl._realized:.1f} tok/s against "
                              f"{base:.1f} tok/s for the target alone ({ctl._realized / base:.2f}×)",
                              next_try, draft_cost, costs.T(2) / t1, speed / base)
-    k95, speed95 = ctl._best_k(OPTIMISTIC_ALPHA)
     costs_words = (f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else "") + \
         f"checking 2 tokens costs {costs.T(2) / t1:.2f} passes"
     best_any = max(ctl.speeds()[1:].max(), 1e-12) / base
-    if k95 == 0:
-        return DraftingState(False, 0, f"{costs_words}; drafting would run at about {best_any:.2f}× even at "
-                             f"{OPTIMISTIC_ALPHA:.0%} acceptance", None, draft_cost, costs.T(2) / t1, best_any)
+    if not ctl.worth_trying():
+        best95 = ctl.speeds(OPTIMISTIC_ALPHA)[1:].max() / base
+        return DraftingState(False, 0, f"{costs_words}; drafting would run at about {best95:.2f}× even at "
+                             f"{OPTIMISTIC_ALPHA:.0%} acceptance", None, draft_cost, costs.T(2) / t1, best95)
     return DraftingState(False, 0, f"{costs_words}; at the measured acceptance ({ctl.alpha:.0%}) drafting "
                          f"would run at about {best_any:.2f}×", next_try, draft_cost, costs.T(2) / t1, best_any)

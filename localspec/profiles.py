@@ -227,3 +227,31 @@ def describe(o: Option) -> str:
     if o.how == "lookup":
         return f"{target} with prompt lookup"
     return f"{target} with the draft {Path(o.how).name}"
+
+
+def find(profiles: Mapping[str, Profile], path: Path, machine: str) -> Profile | None:
+    """The newest profile of this model file on this machine, whatever its threads and GPU
+    layers (the pair menu shows what was measured, not what will be chosen)."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    prefix = f"{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}|{machine}|"
+    found = [p for k, p in profiles.items() if k.startswith(prefix)]
+    return max(found, key=lambda p: p.measured) if found else None
+
+
+def menu_line(profiles: Mapping[str, Profile], machine: str, target: Path, draft: Path | None) -> str | None:
+    """'expected here: draft 1.62× · 9.8 tok/s · lookup not measured yet · none 6.1 tok/s
+    (measured 2026-12-01)' for a pair on disk, or None when its target was never loaded here."""
+    t = find(profiles, target, machine)
+    if t is None or not t.alone_tps:
+        return None
+    parts = []
+    if draft is not None:
+        e = expected(t, str(Path(draft).resolve()), find(profiles, draft, machine))
+        parts.append(f"draft {e.speedup:.2f}× · {e.tokens_per_second:.1f} tok/s" if e else "draft not measured yet")
+    e = expected(t, "lookup")
+    parts.append(f"lookup {e.speedup:.2f}× · {e.tokens_per_second:.1f} tok/s" if e else "lookup not measured yet")
+    parts.append(f"none {t.alone_tps:.1f} tok/s")
+    return f"expected here: {' · '.join(parts)} (measured {t.measured})"

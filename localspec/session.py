@@ -8,6 +8,7 @@ their KV caches between turns, so a follow-up turn evaluates only its new tokens
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Callable, Iterator, Literal, Sequence
 from .compat import Compatibility, check_compatible
 from .controller import CostModel, DraftController, DraftingState, LookupGate, explain
 from .costs import DraftCost, calibrate
-from .drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from .drafters import DEFAULT_P_MIN, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .engine import SpeculativeEngine, Step
 from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
 from .profiles import ProfileStore, Use, machine_id, model_key
@@ -54,7 +55,7 @@ class LoadOptions:
     draft_gpu_layers: int | None = None  # the draft's; -1 = all, None: the plan's choice
     max_k: int = 16
     adaptive: bool = True
-    p_min: float = 0.75
+    p_min: float = DEFAULT_P_MIN
     copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
     overflow: Literal["drop_oldest", "refuse"] = "drop_oldest"
 
@@ -106,7 +107,11 @@ class Session:
 
     @classmethod
     def load(cls, spec: PairSpec, options: LoadOptions = LoadOptions(),
-             progress: Callable[[str], None] | None = None, profiles: ProfileStore | None = None) -> "Session":
+             progress: Callable[[str], None] | None = None, profiles: ProfileStore | None = None,
+             check_target: Callable[[object], None] | None = None) -> "Session":
+        """Check the files, load both models, check the pair, measure the costs here.
+        ``check_target(target)`` runs as soon as the target is loaded (a prompt that cannot
+        fit is refused then, not after the draft and the calibration)."""
         from . import ggufinfo, preflight
         from . import llama_backend as backend  # the only adapter that imports llama_cpp
 
@@ -123,6 +128,12 @@ class Session:
         say(plan.summary)
         say(f"loading target {spec.target.name}")
         target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, plan.target_layers)
+        if check_target is not None:  # e.g. the prompt fits: say so before the draft loads
+            try:
+                check_target(target)
+            except BaseException:
+                target.close()
+                raise
         draft = compat = None
         if spec.draft:
             say(f"loading draft {spec.draft.name}")
@@ -148,6 +159,16 @@ class Session:
         return 1.0 / self.costs.T(1)
 
     baseline_note = "1 / T(1): median of recent single-token target evaluations"
+
+    @functools.cached_property
+    def opens_thinking(self) -> bool:
+        """Whether the chat template opens a <think> block itself (Qwen3's with thinking on
+        end the generation prompt with it): the reply then starts inside the thinking."""
+        try:
+            prompt = self.target.apply_chat_template([{"role": "user", "content": "hi"}])
+        except Exception:  # noqa: BLE001 - a template that fails here fails loudly in chat()
+            return False
+        return prompt.rstrip().endswith("<think>")
 
     def token_text(self, token: int) -> str:
         return self.target.token_bytes(token).decode("utf-8", errors="replace")
@@ -204,16 +225,14 @@ class Session:
         return PromptLookupDrafter(gate=self._gates[mode])
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
-        if raw:
-            return self.target.tokenize("".join(m["content"] for m in messages))
-        return self.target.tokenize(self.target.apply_chat_template(messages), add_bos=False)
+        return prompt_tokens(self.target, messages, raw)
 
     def fit(self, messages: Sequence[dict], max_tokens: int, raw: bool = False) -> tuple[list[int], list[dict]]:
         """Prompt tokens that leave room for the reply (up to a quarter of the context), and
         the messages they came from: the oldest turns are dropped first, the system prompt
         and the last message never. With ``overflow="refuse"`` nothing is dropped."""
         msgs = list(messages)
-        room = min(max_tokens, self.target.n_ctx // 4)
+        room = reply_room(self.target.n_ctx, max_tokens)
         while True:
             ids = self.prompt_tokens(msgs, raw)
             if len(ids) + room <= self.target.n_ctx:
@@ -283,3 +302,16 @@ class Session:
         for m in (self.draft, self.target):
             if m is not None:
                 m.close()
+
+
+def prompt_tokens(target, messages: Sequence[dict], raw: bool = False) -> list[int]:
+    """The conversation as the target's tokens: its chat template, or the plain text with
+    ``raw``."""
+    if raw:
+        return target.tokenize("".join(m["content"] for m in messages))
+    return target.tokenize(target.apply_chat_template(messages), add_bos=False)
+
+
+def reply_room(n_ctx: int, max_tokens: int) -> int:
+    """Tokens kept free for the reply: what was asked, up to a quarter of the context."""
+    return min(max_tokens, n_ctx // 4)

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .options import bounds  # each range is defined once, there
+from .drafters import DEFAULT_P_MIN
 from .sampling import SamplingParams
 
 APP = "localspec"
@@ -46,7 +47,8 @@ class DraftSettings(BaseModel):
 
     max_k: int = Field(16, **bounds("max_k"), description="Longest draft per step (0 = never draft).")
     adaptive: bool = Field(True, description="Pick k each step from measured costs; off = always max_k.")
-    p_min: float = Field(0.75, **bounds("p_min"), description="Stop drafting below this draft confidence.")
+    p_min: float = Field(DEFAULT_P_MIN, **bounds("p_min"),
+                         description="Stop a draft below this draft confidence (0: the marginal rule alone decides).")
 
 
 class Settings(BaseModel):

@@ -93,6 +93,18 @@ class TestSweep:
         assert bench.parse_fixed("draft") is None and bench.parse_fixed("oracle-100/4") is None
 
 
+class TestFlags:
+    @pytest.mark.parametrize("flags, message", [
+        (["--temp", "-1"], "error: --temp must be"),
+        (["--max-tokens", "0"], "error: --max-tokens must be"),
+        (["--repeats", "0"], "error: --repeats must be at least 1 (got 0)"),
+    ])
+    def test_bench_flags_are_checked_before_anything_loads(self, pair, capsys, flags, message):
+        assert main(["bench", "--target", str(pair[0]), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and "Traceback" not in err
+
+
 class TestOracleModes:
     def test_oracle_acceptance_follows_the_fraction_and_texts_match(self, pair, tmp_path):
         suite = tmp_path / "suite.json"

@@ -204,14 +204,3 @@ class TestCheck:
         assert main(["models", "check", target, str(b)]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
-
-
-class TestRenderProgress:
-    def test_known_total(self):
-        p = downloads.Progress("m.gguf", 500_000_000, 1_000_000_000, 12.5e6, 40.0, "hub")
-        assert cli_models.render_progress(p) == (
-            "m.gguf [############............]  50% 500.0 MB/1.0 GB 12.5 MB/s ETA 0:40 (hub)")
-
-    def test_unknown_total(self):
-        p = downloads.Progress("m.gguf", 2048, None, 0.0, None, "hub")
-        assert cli_models.render_progress(p) == f"m.gguf [{'?' * 24}] 2 KB/? 0 B/s (hub)"

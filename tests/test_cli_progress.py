@@ -35,7 +35,7 @@ class TestPiped:
         assert len(lines) == 3 and "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
 
     def test_plain_line_reads_well(self):
-        assert plain_line(record(500)) == "model.gguf: 50% 500 B/1.0 KB at 2.0 MB/s, ETA 0:30 (hub)"
+        assert plain_line(record(500)) == "model.gguf: 50% 500 B/1 KB at 2.0 MB/s, ETA 0:30 (hub)"
 
 
 class TestTerminal:
@@ -54,3 +54,12 @@ class TestTerminal:
         p(record(1000))
         p.finish()
         assert "model.gguf (hub)" in out.getvalue()
+
+
+class TestPlainLine:
+    def test_known_total(self):
+        p = Progress("m.gguf", 500_000_000, 1_000_000_000, 12.5e6, 40.0, "hub")
+        assert plain_line(p) == "m.gguf: 50% 500.0 MB/1.0 GB at 12.5 MB/s, ETA 0:40 (hub)"
+
+    def test_unknown_total(self):
+        assert plain_line(Progress("m.gguf", 2048, None, 0.0, None, "hub")) == "m.gguf: ? 2 KB at 0 B/s (hub)"

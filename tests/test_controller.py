@@ -6,7 +6,7 @@ import pytest
 
 from fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits, oracle_greedy
 from localspec import costs as costs_module
-from localspec.controller import EXPLORE_EVERY, FIRST_PROBE, TRIAL_STEPS, CostModel, DraftController, expected_tokens, explain
+from localspec.controller import EXPLORE_EVERY, EXPLORE_SHARE, FIRST_PROBE, TRIAL_STEPS, CostModel, DraftController, expected_tokens, explain
 from localspec.costs import calibrate
 from localspec.drafters import NoDrafter
 from localspec.engine import SpeculativeEngine
@@ -211,6 +211,17 @@ class TestConvergence:
         ctl, ks = run_timed(monkeypatch, f16_cpu, 0.9, 0.033, 400, slow_after=(60, 2.0))
         assert ctl.costs.T(1) == pytest.approx(slowed(1), rel=0.15)
         assert sum(good_enough(slowed, 0.9, 0.033, 8, k) for k in ks[-30:]) >= 27
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_exploring_costs_at_most_its_budget(self, monkeypatch, case):
+        # even where sizes past the calibrated ones are costly (the compute-bound curve), the
+        # padded verifies cost at most EXPLORE_SHARE of the decode time (+ a margin for the
+        # first measurement, which the budget lets through once it has been earned)
+        curve, alpha, t_draft = CASES[case]
+        run_timed(monkeypatch, curve, alpha, 0.0, 400, calibrate_sizes=(1, 2))
+        steps = run_timed.steps
+        extra = sum(curve(s.measured) - curve(len(s.drafted) + 1) for s in steps if s.measured)
+        assert extra <= (EXPLORE_SHARE + 0.01) * sum(s.step_seconds for s in steps)
 
     @pytest.mark.parametrize("case", CASES)
     def test_exploration_is_rare(self, monkeypatch, case):

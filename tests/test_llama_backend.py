@@ -206,7 +206,10 @@ class TestPreconditions:
                 m.apply_chat_template([{"role": "user", "content": "hi"}])
         finally:
             m.close()
-        assert main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "hi"]) == 2
+        # the prompt is checked (so the template rendered) as soon as the target loads
+        with pytest.raises(SystemExit) as exit_:
+            main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "hi"])
+        assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert "chat template failed" in err and len(err.strip().splitlines()) == 1
         assert main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "--raw",

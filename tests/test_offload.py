@@ -313,7 +313,8 @@ class TestWiring:
         assert (out["draft_layers"], out["draft_total"], out["target_layers"], out["target_total"]) == (1, 3, 3, 3)
         assert out["summary"].startswith("GPU Fake GPU")
         assert main(args + ["hello"]) == 0
-        assert capsys.readouterr().err.rstrip().endswith("| GPU  draft 1/3 · target 3/3")
+        stats = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("[draft]"))
+        assert stats.endswith("| GPU  draft 1/3 · target 3/3")
 
     def test_plan_equals_what_a_hand_made_one_says(self):
         plan = OffloadPlan(20, 29, 25, 25, "NVIDIA GeForce RTX 4060", int(7.6 * GiB), has_draft=True)

@@ -171,8 +171,11 @@ def run_cli(tiny, *args, stdin: bytes | None = None, monkeypatch=None):
 
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    return main(["run", "--target", str(tiny[0]), "--draft", str(tiny[1]), "--threads", "1",
-                 "--ctx", "512", "--max-tokens", "8", *args])
+    try:
+        return main(["run", "--target", str(tiny[0]), "--draft", str(tiny[1]), "--threads", "1",
+                     "--ctx", "512", "--max-tokens", "8", *args])
+    except SystemExit as e:  # a refusal while loading exits from load_session, as `sys.exit(main())` would
+        return e.code
 
 
 class TestInputText:
@@ -193,6 +196,18 @@ class TestInputText:
         # 100 KB is far past the tiny model's own 512 tokens: raising --ctx would not help
         assert re.search(r"the prompt is \d+ tokens and the reply needs 8 more; the context holds 512: "
                          r"shorten the prompt \(this model's context is at most 512 tokens\)", err)
+
+    def test_a_prompt_too_long_is_refused_before_the_draft_loads_and_the_costs_are_measured(
+            self, tiny, capsys, monkeypatch):
+        import localspec.session
+
+        def no_calibration(*a, **kw):
+            raise AssertionError("calibrated before the prompt was checked")
+
+        monkeypatch.setattr(localspec.session, "calibrate", no_calibration)
+        rc = run_cli(tiny, ("the model is fast " * 6000)[:100_000])
+        err = capsys.readouterr().err
+        assert rc == 2 and "the prompt is" in err and "Traceback" not in err
 
     def test_invalid_utf8_from_stdin_is_replaced_not_a_crash(self, tiny, capsys, monkeypatch):
         rc = run_cli(tiny, "-", "--json", stdin=b"hello \xff\xfe world \xc3", monkeypatch=monkeypatch)

@@ -503,6 +503,31 @@ class TestPairs:
             assert warning is None
             assert (saved.default_pair, saved.default_draft, saved.draft.max_k) == ("qwen", "qwen-0.5b.gguf", 6)
 
+    async def test_the_menu_shows_what_this_machine_measured(self, tmp_path, monkeypatch):
+        from localspec import llama_backend, profiles
+        from localspec.settings import data_dir
+
+        files = Files(tmp_path, present={"qwen-1.5b.gguf", "qwen-0.5b.gguf"})
+        target, draft = files.dir / "qwen-1.5b.gguf", files.dir / "qwen-0.5b.gguf"
+        for f in (target, draft):
+            f.write_bytes(b"gguf")
+        monkeypatch.setattr(llama_backend, "build_info", lambda: {"llama_cpp_python": "v", "system_info": "s"})
+        machine = profiles.machine_id("v|s")
+        store = profiles.ProfileStore(data_dir() / profiles.PROFILES_FILE)
+        # the F16-like target alone at 6.25 tok/s; 100 tokens in 6 s with the draft in use
+        store.update(profiles.model_key(target, machine, None, 0), target, verify={1: 0.16, 2: 0.165, 4: 0.19},
+                     use={str(draft.resolve()): profiles.Use(100, 6.0, 90, 80)})
+        store.update(profiles.model_key(draft, machine, None, 0), draft, draft_pass=0.033)
+        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
+                           catalog=make_catalog(), locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            shown = str(app.screen.query_one("#pair-list").get_option_at_index(0).prompt)
+            assert ("expected here: draft 2.67× · 16.7 tok/s · lookup not measured yet · none 6.2 tok/s "
+                    "(measured ") in shown
+            # a pair never loaded here says nothing rather than guess
+            assert "expected here" not in str(app.screen.query_one("#pair-list").get_option_at_index(1).prompt)
+
     async def test_second_start_opens_default_pair_directly(self, tmp_path):
         files = Files(tmp_path, present={"llama-8b.gguf"})
         save_settings(Settings(default_pair="llama", default_draft="lookup"))

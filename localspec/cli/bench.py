@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from .. import options
 from ..session import ContextOverflow
 from .progress import StepProgress
 from .run import add_model_options, load_session
@@ -35,8 +36,22 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def check_bench_flags(args) -> str | None:
+    """The bench's own flags, in options' words (the model flags are checked by load_session)."""
+    problems = [options.check("temperature", t) for t in args.temp or []]
+    problems.append(options.check("max_tokens", args.max_tokens) if args.max_tokens is not None else None)
+    if args.repeats < 1:
+        problems.append(f"--repeats must be at least 1 (got {args.repeats})")
+    return next((f"error: {p}" for p in problems if p), None)
+
+
 def cmd_bench(args) -> int:
     from .. import bench
+
+    problem = check_bench_flags(args)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
 
     try:
         suite = bench.load_suite(args.suite)

@@ -11,17 +11,15 @@ import os
 import shutil
 import sys
 import threading
-import time
 from pathlib import Path
 
 from .. import catalog as cat
 from .. import downloads, ggufinfo
 from ..compat import check_compatible
 from ..settings import load_settings
+from .progress import ByteProgress, human
 
 FITS_FRACTION = 0.8  # leave a fifth of RAM to the OS and other programs
-BAR_WIDTH = 24
-REDRAW_S = 0.1  # progress redraws per second are capped at 10: a terminal needs no more
 
 
 class BadInput(Exception):
@@ -87,16 +85,6 @@ def total_memory_bytes() -> int | None:
         return None
 
 
-def human(n: int | float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
-
-
 def cmd_list(args, settings, catalog) -> int:
     ram = total_memory_bytes()
     print(f"RAM: {human(ram)}; memory = target + default draft + KV cache at {settings.n_ctx} tokens")
@@ -151,7 +139,7 @@ def cmd_pull(args, settings, catalog) -> int:
             raise BadInput(f"no model {args.draft!r} in the catalog (see `localspec models list`)")
         draft = catalog.models[args.draft]
     cancel = threading.Event()
-    bar = ProgressBar(sys.stderr)
+    bar = ByteProgress(sys.stderr)
     try:
         for role, ref in (("target", pair.target), ("draft", draft)):
             path = downloads.pull(ref, settings, bar, cancel, note=bar.note)
@@ -164,49 +152,6 @@ def cmd_pull(args, settings, catalog) -> int:
         return 130
     print(f"pair {pair.id} is ready")
     return 0
-
-
-class ProgressBar:
-    """Draws Progress records on one line of a stream, at most every REDRAW_S seconds."""
-
-    def __init__(self, stream) -> None:
-        self.stream = stream
-        self.last = 0.0
-        self.drawn = False
-
-    def __call__(self, p: downloads.Progress) -> None:
-        now = time.monotonic()
-        if now - self.last < REDRAW_S and p.done_bytes != p.total_bytes:
-            return
-        self.last = now
-        self.stream.write("\r" + render_progress(p) + "\x1b[K")
-        self.stream.flush()
-        self.drawn = True
-
-    def note(self, text: str) -> None:
-        self.finish()
-        self.stream.write(f"note: {text}\n")
-        self.stream.flush()
-
-    def finish(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.drawn = False
-
-
-def render_progress(p: downloads.Progress) -> str:
-    if p.total_bytes:
-        frac = min(p.done_bytes / p.total_bytes, 1.0)
-        filled = int(frac * BAR_WIDTH)
-        bar = f"[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {frac:4.0%}"
-    else:
-        bar = "[" + "?" * BAR_WIDTH + "]"
-    eta = "" if p.eta_seconds is None else f" ETA {int(p.eta_seconds) // 60}:{int(p.eta_seconds) % 60:02d}"
-    return (
-        f"{p.filename} {bar} {human(p.done_bytes)}/{human(p.total_bytes)} "
-        f"{human(p.bytes_per_second)}/s{eta} ({p.source})"
-    )
 
 
 # --- import ---------------------------------------------------------------------------------

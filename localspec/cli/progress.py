@@ -89,15 +89,15 @@ class ByteProgress:
 def plain_line(p) -> str:
     pct = f"{p.done_bytes / p.total_bytes:.0%}" if p.total_bytes else "?"
     eta = "" if p.eta_seconds is None else f", ETA {int(p.eta_seconds) // 60}:{int(p.eta_seconds) % 60:02d}"
-    total = f"/{_human(p.total_bytes)}" if p.total_bytes else ""
-    return f"{p.filename}: {pct} {_human(p.done_bytes)}{total} at {_human(p.bytes_per_second)}/s{eta} ({p.source})"
+    total = f"/{human(p.total_bytes)}" if p.total_bytes else ""
+    return f"{p.filename}: {pct} {human(p.done_bytes)}{total} at {human(p.bytes_per_second)}/s{eta} ({p.source})"
 
 
-def _human(n: float | None) -> str:
+def human(n: int | float | None) -> str:
     if n is None:
         return "?"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
         n /= 1000
-    return f"{n:.1f} GB"
+    return f"{n:.1f} TB"

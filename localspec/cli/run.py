@@ -9,10 +9,13 @@ import sys
 from pathlib import Path
 
 from .. import options
+from ..drafters import DEFAULT_P_MIN
+from ..profiles import PROFILES_FILE, ProfileStore
 from ..offload import OffloadPlan
 from ..protocol import ContextFull
 from ..sampling import SamplingParams
-from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session
+from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session, prompt_tokens, reply_room
+from ..settings import data_dir
 from ..stats import RunStats
 
 FINISH_NOTES = {
@@ -23,9 +26,10 @@ FINISH_NOTES = {
 }
 
 
-def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True) -> None:
-    """Model flags; ``exclusive=False`` lets bench take --draft and --lookup together."""
-    p.add_argument("--target", required=True, type=Path, help="target GGUF file")
+def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True, target_required: bool = True) -> None:
+    """Model flags; ``exclusive=False`` lets bench take --draft and --lookup together;
+    ``target_required=False`` lets serve name the files with --pair instead."""
+    p.add_argument("--target", required=target_required, type=Path, help="target GGUF file")
     mode = p.add_mutually_exclusive_group() if exclusive else p
     mode.add_argument("--draft", type=Path, help="draft GGUF (same tokenizer as the target)")
     mode.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
@@ -43,8 +47,9 @@ def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True) -> Non
                    help="always draft --draft-max tokens instead of choosing k from measured costs")
     p.add_argument("--no-copy", action="store_true",
                    help="draft mode: always run the draft model, never copy a prompt-lookup match")
-    p.add_argument("--p-min", type=float, default=0.75,
-                   help="stop drafting when the draft's top probability is below this (default 0.75)")
+    p.add_argument("--p-min", type=float, default=DEFAULT_P_MIN,
+                   help="stop a draft when the draft's top probability is below this (default 0: in auto "
+                        "mode the marginal rule decides from measured costs; llama.cpp uses 0.75)")
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
@@ -103,9 +108,11 @@ def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
     return spec, load_options
 
 
-def load_session(args) -> Session:
+def load_session(args, messages: list[dict] | None = None) -> Session:
     """Load or exit with one clear message (exit 2: an option out of range, a bad or too large
-    file; 3: incompatible pair). More --threads than CPUs are lowered, with a note."""
+    file, ``messages`` that cannot fit the context; 3: incompatible pair). More --threads than
+    CPUs are lowered, with a note. The prompt is checked as soon as the target is loaded, so a
+    refusal does not wait for the draft and the calibration."""
     from ..llama_backend import ModelLoadError
     from ..preflight import ModelFileError
 
@@ -117,22 +124,40 @@ def load_session(args) -> Session:
         print(f"note: {note}", file=sys.stderr)
     spec, load_options = spec_and_options(args)
     try:
-        return Session.load(spec, load_options)
+        # what the pair costs here is kept for the pair menu and `localspec doctor`
+        return Session.load(spec, load_options, profiles=ProfileStore(data_dir() / PROFILES_FILE),
+                            check_target=messages and (lambda target: check_fits(target, messages, args)))
+    except PromptTooLong as e:
+        raise SystemExit(_fail(str(e), 2))
+    except _template_error() as e:  # the prompt check renders the chat template
+        raise SystemExit(_fail(f"error: {e}", 2))
     except IncompatiblePair as e:
         raise SystemExit(_fail(f"error: {spec.draft} cannot draft for {spec.target}: {e}", 3))
     except (ModelFileError, ModelLoadError) as e:
         raise SystemExit(_fail(f"error: {e}", 2))
 
 
-def prompt_too_long(session: Session, messages: list[dict], args) -> str:
+class PromptTooLong(Exception):
+    """The prompt leaves no room for the reply in this context; the message says what to do."""
+
+
+def check_fits(target, messages: list[dict], args) -> None:
+    """Raise PromptTooLong when the conversation and its reply cannot fit (the rule of
+    Session.fit, which never drops a run's only message)."""
+    n = len(prompt_tokens(target, messages, args.raw))
+    if n + reply_room(target.n_ctx, args.max_tokens) > target.n_ctx:
+        raise PromptTooLong(prompt_too_long(target, messages, args))
+
+
+def prompt_too_long(target, messages: list[dict], args) -> str:
     """The message for a prompt that leaves no room for the reply, with the --ctx that would."""
-    n = len(session.prompt_tokens(messages, args.raw))
+    n = len(prompt_tokens(target, messages, args.raw))
     # Session.fit keeps min(max_tokens, n_ctx // 4) for the reply: either n + max_tokens fits,
     # or n_ctx >= 4n/3 leaves a quarter free
     need = max(min(n + args.max_tokens, -(-4 * n // 3)), options.MIN_CTX)
-    n_ctx = session.target.n_ctx
-    most = min(getattr(session.target, "n_ctx_train", 0) or options.MAX_CTX, options.MAX_CTX)
-    room = min(args.max_tokens, n_ctx // 4)
+    n_ctx = target.n_ctx
+    most = min(getattr(target, "n_ctx_train", 0) or options.MAX_CTX, options.MAX_CTX)
+    room = reply_room(n_ctx, args.max_tokens)
     fix = (f"raise --ctx to {need} or shorten the prompt" if need <= most else
            f"shorten the prompt (this model's context is at most {most} tokens)")
     return (f"error: the prompt is {n} tokens and the reply needs {room} more; the context "
@@ -174,10 +199,10 @@ def cmd_run(args) -> int:
     if not prompt.strip():
         return _fail("error: the prompt is empty: give the message as an argument, or '-' and pipe it in", 2)
     params = sampling_from(args)
-    session = load_session(args)
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
         {"role": "user", "content": prompt}
     ]
+    session = load_session(args, messages)
     stats = RunStats()
     parts: list[str] = []
     try:
@@ -188,7 +213,7 @@ def cmd_run(args) -> int:
                 sys.stdout.write(step.text)
                 sys.stdout.flush()
     except ContextOverflow:
-        return _fail(prompt_too_long(session, messages, args), 2)
+        return _fail(prompt_too_long(session.target, messages, args), 2)
     except _template_error() as e:
         return _fail(f"error: {e}", 2)
     except _backend_errors() as e:  # a check stopped a call that would have aborted llama.cpp
@@ -196,19 +221,32 @@ def cmd_run(args) -> int:
     finally:
         session.close()
     mode = session.mode
+    drafting = session.drafting_state()
     if args.json:
         plan = session.offload
         out = {"text": "".join(parts), "mode": mode, **stats.as_dict(),
+               "speedup": speedup(stats, session.baseline_tokens_per_second),
+               "baseline_tokens_per_second": session.baseline_tokens_per_second,
+               "drafting": drafting.as_dict(),
                "target": str(args.target), "draft": str(args.draft) if args.draft else None,
                "offload": plan.as_dict() if plan else None}
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         print(stats_line(stats, mode, session.offload), file=sys.stderr)
+        print(f"drafting {drafting.line}", file=sys.stderr)
     note = FINISH_NOTES.get(stats.finish or "")
     if note:
         print(note, file=sys.stderr)
     return 0
+
+
+def speedup(s: RunStats, baseline_tps: float) -> float | None:
+    """This reply's decode tokens/s over the target alone measured here (1 / T(1)); exactly 1
+    when nothing was drafted, since the computation was the target alone's."""
+    if not s.n_drafted:
+        return 1.0 if s.n_tokens else None
+    return round(s.tokens_per_second / baseline_tps, 4) if baseline_tps > 0 else None
 
 
 def stats_line(s: RunStats, mode: str, offload: OffloadPlan | None = None) -> str:

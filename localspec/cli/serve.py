@@ -21,8 +21,7 @@ def register(sub) -> None:
     p = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible HTTP API")
     p.add_argument("--pair", help="catalog pair id, with its default draft (default: the default "
                                   "pair, when --target is not given); the files must be on disk")
-    add_model_options(p)
-    p._option_string_actions["--target"].required = False  # --pair may name the files instead
+    add_model_options(p, target_required=False)  # --pair may name the files instead
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any "
                                                        "other needs --api-key)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")

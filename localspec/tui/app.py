@@ -333,6 +333,29 @@ class LocalspecApp(App):
                 self.tell(w, title="Catalog", severity="warning", timeout=10)
         return self._catalog
 
+    def _expected_line(self) -> Callable[[Any], str | None] | None:
+        """pair -> what this machine's profiles expect of it (``profiles.menu_line``), read once
+        per menu; None when nothing was measured here or the build cannot be asked."""
+        from .. import profiles
+
+        found = profiles.ProfileStore(data_dir() / profiles.PROFILES_FILE).load()
+        if not found:
+            return None
+        try:
+            from ..llama_backend import build_info
+
+            b = build_info()
+        except Exception:  # noqa: BLE001 - a menu hint must never stop the menu
+            return None
+        machine = profiles.machine_id(f"{b.get('llama_cpp_python')}|{b.get('system_info')}")
+
+        def line(pair) -> str | None:
+            target = self._path(pair.target)
+            draft = self._path(pair.drafts[0]) if pair.drafts else None
+            return profiles.menu_line(found, machine, target, draft) if target else None
+
+        return line
+
     def _present(self, ref) -> bool:
         return self._path(ref) is not None
 
@@ -379,7 +402,7 @@ class LocalspecApp(App):
         draft_value = draft if draft in ("lookup", "none") else f"draft:{draft}" if draft else None
         self.push_screen(
             PairScreen(catalog, self._present, s.default_pair or catalog.default_pair_id, draft_value,
-                       s.draft.max_k, s.draft.adaptive, s.draft.p_min),
+                       s.draft.max_k, s.draft.adaptive, s.draft.p_min, self._expected_line()),
             self._pair_chosen,
         )
 
@@ -1032,6 +1055,8 @@ def close_when_idle(session, timeout: float) -> None:
 
 
 def _load_session(spec: PairSpec, options: LoadOptions, progress: Callable[[str], None]):
+    from ..profiles import PROFILES_FILE, ProfileStore
     from ..session import Session
 
-    return Session.load(spec, options, progress)
+    # what the pair costs here is kept for the pair menu and `localspec doctor`
+    return Session.load(spec, options, progress, profiles=ProfileStore(data_dir() / PROFILES_FILE))

@@ -392,10 +392,12 @@ class PairScreen(ModalScreen[PairChoice | None]):
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+o", "open", "Open pair")]
 
     def __init__(self, catalog, present: Callable[[Any], bool], selected: str | None,
-                 draft_choice: str | None, max_k: int, adaptive: bool, p_min: float) -> None:
+                 draft_choice: str | None, max_k: int, adaptive: bool, p_min: float,
+                 expected: Callable[[Any], str | None] | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.catalog = catalog
         self.present = present
+        self.expected = expected  # pair -> "expected here: ..." from this machine's profiles
         self.selected = selected or catalog.default_pair_id
         self.draft_choice = draft_choice
         self.max_k, self.adaptive, self.p_min = max_k, adaptive, p_min
@@ -414,6 +416,9 @@ class PairScreen(ModalScreen[PairChoice | None]):
         if self.ram and pair.memory_bytes > self.ram:
             text.append(f"more than this machine's {human_bytes(self.ram)} · ", style="bold #d70000")
         text.append("✓ files present" if have else "⬇ download needed", style="#00af5f" if have else "#d78700")
+        line = self.expected(pair) if self.expected and have else None
+        if line:
+            text.append(f"\n  {line}", style="#5f87af")
         if getattr(pair, "good_for", None):
             good = pair.good_for if isinstance(pair.good_for, str) else ", ".join(pair.good_for)
             text.append(f"\n  good for: {good}", style="dim")
