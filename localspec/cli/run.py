@@ -126,7 +126,7 @@ def load_session(args, messages: list[dict] | None = None) -> Session:
     try:
         # what the pair costs here is kept for the pair menu and `localspec doctor`
         return Session.load(spec, load_options, profiles=ProfileStore(data_dir() / PROFILES_FILE),
-                            check_target=messages and (lambda target: check_fits(target, messages, args)))
+                            check_target=(lambda target: check_fits(target, messages, args)) if messages else None)
     except PromptTooLong as e:
         raise SystemExit(_fail(str(e), 2))
     except _template_error() as e:  # the prompt check renders the chat template
