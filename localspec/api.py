@@ -342,12 +342,9 @@ def timings(stats: RunStats, prompt_n: int, cache_n: int, baseline_tps: float, m
 
 
 def speed_up(stats: RunStats, baseline_tps: float) -> float | None:
-    """Tokens/s against the target alone measured here; exactly 1 when nothing was drafted
-    (the same computation as the target alone: any other ratio would be noise)."""
-    tps = stats.tokens_per_second
-    if not stats.n_drafted:
-        return 1.0 if tps else None
-    return round(tps / baseline_tps, 3) if tps and baseline_tps > 0 and math.isfinite(baseline_tps) else None
+    """Against the target alone measured here (``RunStats.speedup``: 1.0 when nothing was drafted)."""
+    ratio = stats.speedup(baseline_tps)
+    return None if ratio is None else round(ratio, 3)
 
 
 def drafting(mode: str, stats: RunStats, state: DraftingState | None = None) -> dict:

@@ -26,6 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from .controller import PRIOR_ACCEPTED, PRIOR_REJECTED, expected_tokens
+from .costs import VerifyCurve
 
 PROFILES_FILE = "profiles.json"  # in the data dir
 ASSUMED_ALPHA = PRIOR_ACCEPTED / (PRIOR_ACCEPTED + PRIOR_REJECTED)  # a same-family pair, untried
@@ -76,15 +77,6 @@ class Profile:
     draft_pass: float | None = None  # seconds of one pass as a draft model
     use: dict[str, Use] = field(default_factory=dict)
 
-    def T(self, n: int) -> float:
-        xs = sorted(self.verify)
-        ys = [self.verify[x] for x in xs]
-        if len(xs) == 1:
-            return ys[0] * n / xs[0]
-        if n > xs[-1]:
-            return ys[-1] + max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0) * (n - xs[-1])
-        return float(np.interp(n, xs, ys))
-
     @property
     def alone_tps(self) -> float | None:
         return 1.0 / self.verify[1] if self.verify.get(1) else None
@@ -120,7 +112,8 @@ def expected(target: Profile, how: str, draft: Profile | None = None) -> Expecte
     if draft is None or not draft.draft_pass or how == "lookup":
         return None
     ks = np.arange(MAX_K + 1)
-    speeds = expected_tokens(ASSUMED_ALPHA, ks) / (ks * draft.draft_pass + np.array([target.T(k + 1) for k in ks]))
+    curve = VerifyCurve(target.verify).curve(MAX_K + 1)[1:]  # the engine's own reading of the points
+    speeds = expected_tokens(ASSUMED_ALPHA, ks) / (ks * draft.draft_pass + curve)
     best = float(max(speeds.max(), alone))
     return Expected(best / alone, best, f"cost model, assumed acceptance {ASSUMED_ALPHA:.0%}", target.measured)
 

@@ -52,6 +52,17 @@ class RunStats:
         """Decode speed: generated tokens over decode time (prefill excluded, reported apart)."""
         return self.n_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
+    def speedup(self, baseline_tps: float | None) -> float | None:
+        """Decode tokens/s over the target alone's (``baseline_tps``, measured here); exactly
+        1 when nothing was drafted: the computation was the target alone's, so any other ratio
+        would be noise. None when there is nothing to compare."""
+        if not self.n_drafted:
+            return 1.0 if self.n_tokens else None
+        tps = self.tokens_per_second
+        if not tps or not baseline_tps or not math.isfinite(baseline_tps) or baseline_tps <= 0:
+            return None
+        return tps / baseline_tps
+
     @property
     def acceptance_rate(self) -> float | None:
         """Accepted / drafted; None when nothing was drafted."""

@@ -225,7 +225,7 @@ def cmd_run(args) -> int:
     if args.json:
         plan = session.offload
         out = {"text": "".join(parts), "mode": mode, **stats.as_dict(),
-               "speedup": speedup(stats, session.baseline_tokens_per_second),
+               "speedup": stats.speedup(session.baseline_tokens_per_second),
                "baseline_tokens_per_second": session.baseline_tokens_per_second,
                "drafting": drafting.as_dict(),
                "target": str(args.target), "draft": str(args.draft) if args.draft else None,
@@ -239,14 +239,6 @@ def cmd_run(args) -> int:
     if note:
         print(note, file=sys.stderr)
     return 0
-
-
-def speedup(s: RunStats, baseline_tps: float) -> float | None:
-    """This reply's decode tokens/s over the target alone measured here (1 / T(1)); exactly 1
-    when nothing was drafted, since the computation was the target alone's."""
-    if not s.n_drafted:
-        return 1.0 if s.n_tokens else None
-    return round(s.tokens_per_second / baseline_tps, 4) if baseline_tps > 0 else None
 
 
 def stats_line(s: RunStats, mode: str, offload: OffloadPlan | None = None) -> str:

@@ -287,7 +287,7 @@ def speedup_text(run: RunStats, baseline: float | None, how: str = "") -> str:
     ratio to the estimate (that ratio is noise)."""
     if run.n_steps and run.n_drafted == 0:
         return NOT_DRAFTING
-    speedup = run.tokens_per_second / baseline if baseline and run.tokens_per_second else None
+    speedup = run.speedup(baseline)
     return _fmt(speedup, ".2f", "×") + (how if speedup else "")
 
 
