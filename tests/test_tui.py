@@ -147,6 +147,17 @@ async def send_until_mid_stream(app, pilot, text: str):
 
 # --- chatting ---------------------------------------------------------------------------------
 
+
+async def open_settings(app, pilot):
+    """The app ready, F9 pressed: the settings screen (asserted) it opens."""
+    from localspec.tui.screens import SettingsScreen
+
+    await ready(app, pilot)
+    await pilot.press("f9")
+    await pilot.pause()
+    assert isinstance(app.screen, SettingsScreen)
+    return app.screen
+
 class TestChat:
     async def test_message_streams_and_is_stored(self):
         session = FakeSession(list(HELLO), gate=threading.Event())
@@ -726,15 +737,9 @@ class TestPersistence:
                 ("user", "hi", "done"), ("assistant", "Hello,", "stopped")]
 
     async def test_settings_screen_validates_and_saves(self):
-        from localspec.tui.screens import SettingsScreen
-
         app = make_app()
         async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await pilot.press("f9")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, SettingsScreen)
+            screen = await open_settings(app, pilot)
             screen.query_one("#k-n_ctx").value = "12"  # below the allowed 256
             screen.action_save()
             await pilot.pause()
@@ -755,11 +760,7 @@ class TestPersistence:
         monkeypatch.setattr(options, "usable_cpus", lambda: 2)
         app = make_app()
         async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await pilot.press("f9")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, SettingsScreen)
+            screen = await open_settings(app, pilot)
             beside = lambda key: str(screen.query_one(f"#e-k-{key}").render())
             screen.query_one("#k-n_ctx").value = "200"
             screen.query_one("#k-threads").value = "999"
