@@ -10,7 +10,6 @@ either as literal dotted keys or as one ``speculative`` object).
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import options
-from .controller import DraftingState
-from .sampling import SamplingParams
+from .core import options
+from .core.controller import DraftingState
+from .core.sampling import SamplingParams
+from .core.stats import RunStats
 from .session import Mode
-from .stats import RunStats
 
 Kind = Literal["chat", "text"]  # /v1/chat/completions or /v1/completions
 
@@ -32,11 +31,18 @@ Kind = Literal["chat", "text"]  # /v1/chat/completions or /v1/completions
 MAX_MESSAGES = 1024
 MAX_STOP = 16
 
-# JSON field -> its option in localspec.options, which holds every range and its message
+# JSON field -> its option in localspec.core.options, which holds every range and its message
 OPTION_FIELDS = {
-    "max_tokens": "max_tokens", "max_completion_tokens": "max_tokens", "temperature": "temperature",
-    "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "repeat_penalty": "repeat_penalty",
-    "seed": "seed", "speculative.n_max": "max_k", "speculative.p_min": "p_min",
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+    "seed": "seed",
+    "speculative.n_max": "max_k",
+    "speculative.p_min": "p_min",
 }
 
 # engine finish -> OpenAI finish_reason; a full context is a length stop to a client
@@ -46,8 +52,14 @@ FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "context": 
 class ApiError(Exception):
     """A request the server refuses; ``body`` is OpenAI's error shape."""
 
-    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
 
@@ -220,21 +232,38 @@ def parse_job(kind: Kind, data: Any, served: Served) -> Job:
     spec = req.speculative or Speculative()
     mode = "none" if spec.n_max == 0 else spec.type or served.mode
     if mode == "draft" and not served.has_draft:
-        raise ApiError(400, "speculative.type 'draft' needs a draft model; this server has none "
-                            "(use 'lookup' or 'none')", param="speculative.type")
+        raise ApiError(
+            400,
+            "speculative.type 'draft' needs a draft model; this server has none (use 'lookup' or 'none')",
+            param="speculative.type",
+        )
     max_tokens = req.max_completion_tokens or req.max_tokens
     if max_tokens is not None and max_tokens > served.n_ctx:
-        raise ApiError(400, f"max_tokens is {max_tokens}, but the context holds {served.n_ctx} tokens "
-                            "in all", param="max_tokens", code="invalid_value")
+        raise ApiError(
+            400,
+            f"max_tokens is {max_tokens}, but the context holds {served.n_ctx} tokens in all",
+            param="max_tokens",
+            code="invalid_value",
+        )
     if kind == "chat":
         messages, raw = [m.as_turn() for m in req.messages], False
     else:
         prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
         messages, raw = [{"role": "user", "content": prompt}], True
     stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
-    return Job(kind, messages, raw, sampling(req), max_tokens, tuple(s for s in stops if s), mode,
-               spec.n_max or None, spec.p_min, req.stream,
-               bool(req.stream_options and req.stream_options.include_usage))
+    return Job(
+        kind,
+        messages,
+        raw,
+        sampling(req),
+        max_tokens,
+        tuple(s for s in stops if s),
+        mode,
+        spec.n_max or None,
+        spec.p_min,
+        req.stream,
+        bool(req.stream_options and req.stream_options.include_usage),
+    )
 
 
 def check_options(req: _Request) -> None:
@@ -252,8 +281,12 @@ def check_options(req: _Request) -> None:
 def check_model(name: str | None, served: Served) -> None:
     """No model named means the loaded one (llama.cpp's server does the same)."""
     if name and name != served.model_id and name not in served.aliases:
-        raise ApiError(404, f"the model {name!r} is not served here; this server serves "
-                            f"{served.model_id!r} (GET /v1/models)", param="model", code="model_not_found")
+        raise ApiError(
+            404,
+            f"the model {name!r} is not served here; this server serves {served.model_id!r} (GET /v1/models)",
+            param="model",
+            code="model_not_found",
+        )
 
 
 def sampling(req: _Request) -> SamplingParams:
@@ -275,14 +308,18 @@ class Head:
     created: int
 
     @classmethod
-    def new(cls, kind: Kind, model: str) -> "Head":
+    def new(cls, kind: Kind, model: str) -> Head:
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         return cls(kind, model, prefix + secrets.token_hex(12), int(time.time()))
 
     def fields(self, chunk: bool) -> dict:
         obj = "chat.completion" if self.kind == "chat" else "text_completion"
-        return {"id": self.id, "object": obj + (".chunk" if chunk and self.kind == "chat" else ""),
-                "created": self.created, "model": self.model}
+        return {
+            "id": self.id,
+            "object": obj + (".chunk" if chunk and self.kind == "chat" else ""),
+            "created": self.created,
+            "model": self.model,
+        }
 
 
 def choice(head: Head, text: str | None, finish: str | None, chunk: bool, role: bool = False) -> dict:
@@ -291,8 +328,12 @@ def choice(head: Head, text: str | None, finish: str | None, chunk: bool, role: 
     if head.kind == "text":
         return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}
     if not chunk:
-        return {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                "finish_reason": reason}
+        return {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": reason,
+        }
     delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
     return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
 
@@ -302,21 +343,25 @@ def chunk_body(head: Head, text: str | None, finish: str | None = None, role: bo
 
 
 def reply_body(head: Head, text: str, finish: str | None, usage: dict, timings: dict) -> dict:
-    return {**head.fields(False), "choices": [choice(head, text, finish, False)], "usage": usage,
-            "timings": timings}
+    return {**head.fields(False), "choices": [choice(head, text, finish, False)], "usage": usage, "timings": timings}
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached}}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
-def timings(stats: RunStats, prompt_n: int, cache_n: int, baseline_tps: float, mode: str,
-            state: DraftingState | None = None) -> dict:
+def timings(
+    stats: RunStats, prompt_n: int, cache_n: int, baseline_tps: float, mode: str, state: DraftingState | None = None
+) -> dict:
     """llama.cpp server's ``timings`` (``prompt_n`` = prompt tokens evaluated, ``cache_n`` =
     reused from the KV cache) plus ours: tokens per target pass, the speed-up against the
     target-only speed measured on this machine, and the drafting state."""
+
     def rate(n, seconds):
         return round(n / seconds, 3) if seconds > 0 else None
 

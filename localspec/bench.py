@@ -8,19 +8,19 @@ from __future__ import annotations
 import json
 import re
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
-from .controller import CostModel, DraftController, expected_tokens
-from .costs import calibrate
-from .drafters import ModelDrafter, OracleDrafter
-from .engine import SpeculativeEngine
-from .sampling import SamplingParams
-from .stats import RunStats
+from .core.controller import CostModel, DraftController, expected_tokens
+from .core.costs import calibrate
+from .core.drafters import ModelDrafter, OracleDrafter
+from .core.engine import SpeculativeEngine
+from .core.sampling import SamplingParams
+from .core.stats import RunStats
 
 QUICK_PROMPTS = ("code-intervals", "edit-refactor", "explain-gil")
 QUICK_MAX_TOKENS = 48
@@ -74,7 +74,7 @@ def load_suite(name_or_path: str = "default") -> dict:
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: cannot read the suite ({e})") from e
     if not isinstance(suite.get("prompts"), list) or not all("prompt" in p for p in suite["prompts"]):
-        raise ValueError(f"{path}: a suite is {{\"prompts\": [{{\"id\", \"category\", \"prompt\"}}, ...]}}")
+        raise ValueError(f'{path}: a suite is {{"prompts": [{{"id", "category", "prompt"}}, ...]}}')
     for i, p in enumerate(suite["prompts"]):
         p.setdefault("id", f"prompt-{i + 1}")
         p.setdefault("category", "custom")
@@ -89,8 +89,9 @@ def quick(suite: dict) -> dict:
 def measure_costs(session, prefix: int = 200, repeats: int = 5) -> CostModel:
     """T(k) for k = 1..16 and one draft pass, measured directly: after ``prefix`` cached
     tokens, medians of ``repeats`` interleaved rounds; caches restored."""
-    return CostModel(*calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix,
-                               warmup=1))
+    return CostModel(
+        *calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix, warmup=1)
+    )
 
 
 def split_mode(mode: str) -> tuple[str, str]:
@@ -165,8 +166,15 @@ def _locked(session, engine: SpeculativeEngine, msgs, params, max_tokens):
         yield from engine.generate(ids, params, max_tokens)
 
 
-def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int,
-             reference: Sequence[int] | None = None, engines: dict | None = None) -> Run:
+def run_once(
+    session,
+    prompt: dict,
+    mode: str,
+    params: SamplingParams,
+    max_tokens: int,
+    reference: Sequence[int] | None = None,
+    engines: dict | None = None,
+) -> Run:
     session.reset()  # every run starts cold: no prefix reuse across modes
     params = params.model_copy(update={"rule": split_mode(mode)[1]})
     stats = RunStats()
@@ -180,8 +188,9 @@ def run_once(session, prompt: dict, mode: str, params: SamplingParams, max_token
         text.append(step.text)
         n_rejections += step.n_accepted < len(step.drafted)
     alpha = stats.n_accepted / (stats.n_accepted + n_rejections) if stats.n_drafted else None
-    return Run(prompt["id"], prompt["category"], mode, params.temperature, stats.as_dict(),
-               "".join(text), tokens, alpha)
+    return Run(
+        prompt["id"], prompt["category"], mode, params.temperature, stats.as_dict(), "".join(text), tokens, alpha
+    )
 
 
 def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, max_k: int = 16) -> float | None:
@@ -209,9 +218,15 @@ def first_divergence(session, prompt: dict, ref: Sequence[int], got: Sequence[in
     return {"index": n, "gap": float(top2[1] - top2[0])}
 
 
-def run_bench(session, suite: dict, modes: Sequence[str], temperatures: Sequence[float],
-              repeats: int = 1, seed: int = 1234,
-              progress: Callable[[int, int, str], None] | None = None) -> dict:
+def run_bench(
+    session,
+    suite: dict,
+    modes: Sequence[str],
+    temperatures: Sequence[float],
+    repeats: int = 1,
+    seed: int = 1234,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> dict:
     """Every prompt in every mode, interleaved; the direct cost curve is measured at the end
     (a filled cache, after the runs have warmed everything) and set beside the engine's."""
     max_tokens = suite.get("max_tokens", 200)
@@ -253,10 +268,19 @@ def curve_comparison(engine: CostModel, direct: CostModel) -> dict:
     out = {}
     for k in COST_SIZES:
         er, dr = engine.T(k) / e1, direct.T(k) / d1
-        out[str(k)] = {"engine": er, "direct": dr, "engine_over_direct": er / dr,
-                       "engine_samples": engine.verify.n_samples(k)}
-    return {"ratios": out, "engine_t1": e1, "direct_t1": d1,
-            "engine_draft_seconds": engine.t_draft or None, "direct_draft_seconds": direct.t_draft or None}
+        out[str(k)] = {
+            "engine": er,
+            "direct": dr,
+            "engine_over_direct": er / dr,
+            "engine_samples": engine.verify.n_samples(k),
+        }
+    return {
+        "ratios": out,
+        "engine_t1": e1,
+        "direct_t1": d1,
+        "engine_draft_seconds": engine.t_draft or None,
+        "direct_draft_seconds": direct.t_draft or None,
+    }
 
 
 def sweep_summary(collected) -> list[dict]:
@@ -272,14 +296,20 @@ def sweep_summary(collected) -> list[dict]:
         best = max(fixed, key=fixed.get)
         auto = [r.stats["tokens_per_second"] for r in runs["draft"]]
         base = med.get("none")
-        out.append({
-            "prompt_id": prompt["id"], "temperature": temp, "auto_tps": med["draft"],
-            "best_fixed": best, "best_fixed_tps": fixed[best], "auto_over_best_fixed": med["draft"] / fixed[best],
-            "auto_spread": max(auto) / min(auto) if min(auto) > 0 else None,
-            "auto_speedup": med["draft"] / base if base else None,
-            "best_fixed_speedup": fixed[best] / base if base else None,
-            "fixed_k4_p075_tps": fixed.get(fixed_mode(4, 0.75)),
-        })
+        out.append(
+            {
+                "prompt_id": prompt["id"],
+                "temperature": temp,
+                "auto_tps": med["draft"],
+                "best_fixed": best,
+                "best_fixed_tps": fixed[best],
+                "auto_over_best_fixed": med["draft"] / fixed[best],
+                "auto_spread": max(auto) / min(auto) if min(auto) > 0 else None,
+                "auto_speedup": med["draft"] / base if base else None,
+                "best_fixed_speedup": fixed[best] / base if base else None,
+                "fixed_k4_p075_tps": fixed.get(fixed_mode(4, 0.75)),
+            }
+        )
     return out
 
 
@@ -302,17 +332,30 @@ def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[
                 divergence = first_divergence(session, prompt, ref.tokens, differing[0].tokens)
         decode = med([x["decode_seconds"] for x in s]) or 0.0
         over = med([x["overhead_seconds"] for x in s]) or 0.0
-        out.append(Row(
-            prompt["id"], prompt["category"], mode, temp, tps, speedup,
-            med([x["acceptance_rate"] for x in s if x["acceptance_rate"] is not None]),
-            med([x["tokens_per_pass"] for x in s]), med([x["draft_length"] for x in s]),
-            med([x["time_to_first_token"] for x in s if x["time_to_first_token"] is not None]),
-            med([x["draft_seconds"] for x in s]), med([x["verify_seconds"] for x in s]), over,
-            over / decode if decode else 0.0,
-            med([1000 * x["overhead_seconds"] / x["n_steps"] for x in s if x["n_steps"]]) or 0.0,
-            identical, divergence, pred,
-            (speedup / pred) if (speedup and pred) else None, int(med([x["n_tokens"] for x in s])),
-        ))
+        out.append(
+            Row(
+                prompt["id"],
+                prompt["category"],
+                mode,
+                temp,
+                tps,
+                speedup,
+                med([x["acceptance_rate"] for x in s if x["acceptance_rate"] is not None]),
+                med([x["tokens_per_pass"] for x in s]),
+                med([x["draft_length"] for x in s]),
+                med([x["time_to_first_token"] for x in s if x["time_to_first_token"] is not None]),
+                med([x["draft_seconds"] for x in s]),
+                med([x["verify_seconds"] for x in s]),
+                over,
+                over / decode if decode else 0.0,
+                med([1000 * x["overhead_seconds"] / x["n_steps"] for x in s if x["n_steps"]]) or 0.0,
+                identical,
+                divergence,
+                pred,
+                (speedup / pred) if (speedup and pred) else None,
+                int(med([x["n_tokens"] for x in s])),
+            )
+        )
     return out
 
 
@@ -330,7 +373,8 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
                 "identical": sum(1 for r in sel if r.identical) if temp == 0.0 and mode != "none" else None,
                 "by_category": {
                     c: statistics.median([r.speedup for r in sel if r.category == c and r.speedup])
-                    for c in sorted({r.category for r in sel}) if any(r.speedup for r in sel if r.category == c)
+                    for c in sorted({r.category for r in sel})
+                    if any(r.speedup for r in sel if r.category == c)
                 },
             }
     return {
@@ -365,39 +409,53 @@ def memory_report(session) -> dict:
     for m in filter(None, (session.target, session.draft)):
         info = ggufinfo.read_info(m.path)
         need += info.size_bytes + info.kv_bytes_per_token * m.n_ctx
-    return {"rss_bytes": rss, "files_plus_kv_bytes": need,
-            "rss_over_need": (rss / need) if rss and need else None}
+    return {"rss_bytes": rss, "files_plus_kv_bytes": need, "rss_over_need": (rss / need) if rss and need else None}
 
 
 def markdown(rep: dict) -> str:
-    lines = [f"Target `{rep['target']}`, draft `{rep['draft']}`, suite {rep['suite']}, "
-             f"{rep['max_tokens']} tokens, {rep['repeats']} repeat(s).", "",
-             "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred | overhead (per pass) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Target `{rep['target']}`, draft `{rep['draft']}`, suite {rep['suite']}, "
+        f"{rep['max_tokens']} tokens, {rep['repeats']} repeat(s).",
+        "",
+        "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred | overhead (per pass) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     f = lambda x, p=2: "—" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))  # noqa: E731
     for r in rep["rows"]:
         div = r["divergence"] or {}
-        ident = "—" if r["identical"] is None else ("yes" if r["identical"] else
-                f"no (at {div.get('index')}, gap {f(div.get('gap'), 3)})")
-        lines.append(f"| {r['prompt_id']} | {r['mode']} | {r['temperature']} | {f(r['tokens_per_second'], 1)} | "
-                     f"{f(r['speedup'])} | {f(r['acceptance_rate'])} | {f(r['tokens_per_pass'])} | {ident} | "
-                     f"{f(r['predicted_speedup'])} | {f(r['achieved_over_predicted'])} | "
-                     f"{r['overhead_fraction']:.1%} ({r['overhead_ms_per_step']:.2f} ms) |")
+        ident = (
+            "—"
+            if r["identical"] is None
+            else ("yes" if r["identical"] else f"no (at {div.get('index')}, gap {f(div.get('gap'), 3)})")
+        )
+        lines.append(
+            f"| {r['prompt_id']} | {r['mode']} | {r['temperature']} | {f(r['tokens_per_second'], 1)} | "
+            f"{f(r['speedup'])} | {f(r['acceptance_rate'])} | {f(r['tokens_per_pass'])} | {ident} | "
+            f"{f(r['predicted_speedup'])} | {f(r['achieved_over_predicted'])} | "
+            f"{r['overhead_fraction']:.1%} ({r['overhead_ms_per_step']:.2f} ms) |"
+        )
     lines += ["", "| mode | median tok/s | median speed-up | min speed-up | by category |", "|---|---|---|---|---|"]
     for key, s in rep["summary"].items():
         cats = ", ".join(f"{c} {v:.2f}" for c, v in s["by_category"].items())
-        lines.append(f"| {key} | {f(s['median_tokens_per_second'], 1)} | {f(s['median_speedup'])} | "
-                     f"{f(s['min_speedup'])} | {cats} |")
+        lines.append(
+            f"| {key} | {f(s['median_tokens_per_second'], 1)} | {f(s['median_speedup'])} | "
+            f"{f(s['min_speedup'])} | {cats} |"
+        )
     curve = rep["cost_curve"]["verify_ratio"]
-    lines += ["", "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in curve.items()),
-              f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
-              f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s"]
+    lines += [
+        "",
+        "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in curve.items()),
+        f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
+        f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s",
+    ]
     lines += curve_markdown(rep.get("engine_curve"))
     lines += sweep_markdown(rep.get("sweep"))
     mem = rep.get("memory") or {}
     if mem.get("rss_bytes"):
-        lines.append(f"Memory: RSS {mem['rss_bytes'] / 1e9:.2f} GB vs files + KV cache "
-                     f"{mem['files_plus_kv_bytes'] / 1e9:.2f} GB ({mem['rss_over_need']:.2f}x)")
+        lines.append(
+            f"Memory: RSS {mem['rss_bytes'] / 1e9:.2f} GB vs files + KV cache "
+            f"{mem['files_plus_kv_bytes'] / 1e9:.2f} GB ({mem['rss_over_need']:.2f}x)"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -406,22 +464,32 @@ def curve_markdown(cmp: dict | None) -> list[str]:
         return []
     ks = [k for k in cmp["ratios"] if int(k) <= 9 or int(k) in (12, 16)]
     r = cmp["ratios"]
-    return ["", "| k | " + " | ".join(ks) + " |", "|---|" + "---|" * len(ks),
-            "| engine T(k)/T(1) | " + " | ".join(f"{r[k]['engine']:.2f}" for k in ks) + " |",
-            "| direct T(k)/T(1) | " + " | ".join(f"{r[k]['direct']:.2f}" for k in ks) + " |",
-            "| engine ÷ direct | " + " | ".join(f"{r[k]['engine_over_direct']:.2f}" for k in ks) + " |",
-            f"Engine T(1) {cmp['engine_t1']:.4f} s, direct {cmp['direct_t1']:.4f} s (after the runs, "
-            "200 cached tokens, median of 5)."]
+    return [
+        "",
+        "| k | " + " | ".join(ks) + " |",
+        "|---|" + "---|" * len(ks),
+        "| engine T(k)/T(1) | " + " | ".join(f"{r[k]['engine']:.2f}" for k in ks) + " |",
+        "| direct T(k)/T(1) | " + " | ".join(f"{r[k]['direct']:.2f}" for k in ks) + " |",
+        "| engine ÷ direct | " + " | ".join(f"{r[k]['engine_over_direct']:.2f}" for k in ks) + " |",
+        f"Engine T(1) {cmp['engine_t1']:.4f} s, direct {cmp['direct_t1']:.4f} s (after the runs, "
+        "200 cached tokens, median of 5).",
+    ]
 
 
 def sweep_markdown(sweep: list[dict] | None) -> list[str]:
     if not sweep:
         return []
     f = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"  # noqa: E731
-    lines = ["", "| prompt | auto tok/s | best fixed | its tok/s | auto ÷ best fixed | auto spread (max÷min) "
-             "| auto speed-up | best fixed speed-up |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        "| prompt | auto tok/s | best fixed | its tok/s | auto ÷ best fixed | auto spread (max÷min) "
+        "| auto speed-up | best fixed speed-up |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for x in sweep:
-        lines.append(f"| {x['prompt_id']} | {f(x['auto_tps'], 1)} | {x['best_fixed']} | {f(x['best_fixed_tps'], 1)} | "
-                     f"{f(x['auto_over_best_fixed'])} | {f(x['auto_spread'])} | {f(x['auto_speedup'])} | "
-                     f"{f(x['best_fixed_speedup'])} |")
+        lines.append(
+            f"| {x['prompt_id']} | {f(x['auto_tps'], 1)} | {x['best_fixed']} | {f(x['best_fixed_tps'], 1)} | "
+            f"{f(x['auto_over_best_fixed'])} | {f(x['auto_spread'])} | {f(x['auto_speedup'])} | "
+            f"{f(x['best_fixed_speedup'])} |"
+        )
     return lines

@@ -152,11 +152,15 @@ def _read_user_file(path: Path) -> tuple[dict[str, Any], list[str]]:
         return {}, [f"{path}: not valid TOML ({e}); the whole file was ignored"]
 
 
-def _models_and_pairs(raw: dict, source: str) -> tuple[dict[str, ModelRef], dict[str, tuple[str, _PairEntry]], list[str]]:
+def _models_and_pairs(
+    raw: dict, source: str
+) -> tuple[dict[str, ModelRef], dict[str, tuple[str, _PairEntry]], list[str]]:
     """Validate each entry on its own. Returns models by id, pairs by id (with where they came from)."""
     problems: list[str] = []
     unknown = set(raw) - {"default_pair", "models", "pairs"}
-    problems += [f"{source}: top level: unknown key {k!r} (expected default_pair, models, pairs)" for k in sorted(unknown)]
+    problems += [
+        f"{source}: top level: unknown key {k!r} (expected default_pair, models, pairs)" for k in sorted(unknown)
+    ]
     models: dict[str, ModelRef] = {}
     raw_models, raw_pairs = raw.get("models") or {}, raw.get("pairs") or []
     if not isinstance(raw_models, dict) or not isinstance(raw_pairs, list):
@@ -189,16 +193,25 @@ def _describe(source: str, where: str, e: ValidationError) -> list[str]:
 def _resolve_pairs(pairs_raw: dict, models: dict[str, ModelRef], n_ctx: int) -> tuple[list[Pair], list[str]]:
     pairs, problems = [], []
     for where, entry in pairs_raw.values():
-        missing = [(f, m) for f, ms in (("target", [entry.target]), ("drafts", entry.drafts)) for m in ms if m not in models]
+        missing = [
+            (f, m) for f, ms in (("target", [entry.target]), ("drafts", entry.drafts)) for m in ms if m not in models
+        ]
         if missing:
             problems += [f"{where}: field {f!r}: no model {m!r} in the catalog; entry skipped" for f, m in missing]
             continue
         target, drafts = models[entry.target], [models[d] for d in entry.drafts]
-        pairs.append(Pair(
-            id=entry.id, name=entry.name, family=entry.family, target=target, drafts=drafts,
-            good_for=entry.good_for, license=entry.license,
-            memory_bytes=memory_estimate(target, drafts[0], n_ctx),
-        ))
+        pairs.append(
+            Pair(
+                id=entry.id,
+                name=entry.name,
+                family=entry.family,
+                target=target,
+                drafts=drafts,
+                good_for=entry.good_for,
+                license=entry.license,
+                memory_bytes=memory_estimate(target, drafts[0], n_ctx),
+            )
+        )
     return pairs, problems
 
 

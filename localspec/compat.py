@@ -10,8 +10,8 @@ meaning differs in the target.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 MAX_VOCAB_DIFF = 128  # llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
 MAX_LISTED = 5  # differing ids named in a message
@@ -59,8 +59,7 @@ def check_compatible(target: VocabInfo, draft: VocabInfo) -> Compatibility:
     diff = abs(target.n_vocab - draft.n_vocab)
     if diff > MAX_VOCAB_DIFF:
         problems.append(
-            f"vocab sizes differ by {diff} (> {MAX_VOCAB_DIFF}): "
-            f"target {target.n_vocab}, draft {draft.n_vocab}"
+            f"vocab sizes differ by {diff} (> {MAX_VOCAB_DIFF}): target {target.n_vocab}, draft {draft.n_vocab}"
         )
         return Compatibility(tuple(problems), frozenset(), tuple(notes))
     banned = set(range(target.n_vocab, draft.n_vocab))
@@ -73,9 +72,7 @@ def check_compatible(target: VocabInfo, draft: VocabInfo) -> Compatibility:
         else:
             differing.append(i)
     if differing:
-        shown = ", ".join(
-            f"{i}: {target.tokens[i]!r} vs {draft.tokens[i]!r}" for i in differing[:MAX_LISTED]
-        )
+        shown = ", ".join(f"{i}: {target.tokens[i]!r} vs {draft.tokens[i]!r}" for i in differing[:MAX_LISTED])
         more = f" (and {len(differing) - MAX_LISTED} more)" if len(differing) > MAX_LISTED else ""
         problems.append(f"{len(differing)} token(s) have different text: {shown}{more}")
     if banned and not problems:

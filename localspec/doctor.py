@@ -96,10 +96,16 @@ def gpu_free_bytes(facts: Facts) -> int | None:
 def judge_pair(p: PairFacts, facts: Facts) -> PairVerdict:
     free = gpu_free_bytes(facts)
     gpu = None if free is None else p.memory_bytes + p.n_models * COMPUTE_RESERVE_BYTES <= usable_gpu_bytes(free)
-    ram = None if facts.ram_available_bytes is None else (
-        p.memory_bytes * (1 + COMPUTE_OVERHEAD) <= facts.ram_available_bytes)
-    disk = True if not p.missing_bytes else (
-        None if facts.disk_free_bytes is None else p.missing_bytes <= facts.disk_free_bytes)
+    ram = (
+        None
+        if facts.ram_available_bytes is None
+        else (p.memory_bytes * (1 + COMPUTE_OVERHEAD) <= facts.ram_available_bytes)
+    )
+    disk = (
+        True
+        if not p.missing_bytes
+        else (None if facts.disk_free_bytes is None else p.missing_bytes <= facts.disk_free_bytes)
+    )
     return PairVerdict(p.id, gpu, ram, disk, on_disk=not p.missing_bytes)
 
 
@@ -112,42 +118,50 @@ def diagnose(facts: Facts) -> Diagnosis:
 def _build_problems(facts: Facts) -> list[Problem]:
     if facts.gpu_offload or facts.gpu_hint not in REINSTALL:
         return []
-    return [Problem(
-        f"this llama.cpp build has no GPU offload, but {GPU_SEEN[facts.gpu_hint]}: both models "
-        "run on the CPU, several times slower than they could",
-        f"rebuild llama-cpp-python with {facts.gpu_hint.upper() if facts.gpu_hint == 'cuda' else 'Metal'} "
-        f"in the environment localspec runs from:\n    {REINSTALL[facts.gpu_hint]}",
-    )]
+    return [
+        Problem(
+            f"this llama.cpp build has no GPU offload, but {GPU_SEEN[facts.gpu_hint]}: both models "
+            "run on the CPU, several times slower than they could",
+            f"rebuild llama-cpp-python with {facts.gpu_hint.upper() if facts.gpu_hint == 'cuda' else 'Metal'} "
+            f"in the environment localspec runs from:\n    {REINSTALL[facts.gpu_hint]}",
+        )
+    ]
 
 
 def _memory_problems(facts: Facts, pairs: tuple[PairVerdict, ...]) -> list[Problem]:
     if not pairs or any(v.runs is not False for v in pairs):
         return []
     smallest = min(facts.pairs, key=lambda p: p.memory_bytes)
-    return [Problem(
-        f"no catalog pair fits in memory: the smallest ({smallest.id}) needs about "
-        f"{gib(smallest.memory_bytes * (1 + COMPUTE_OVERHEAD))} at {facts.n_ctx} tokens of context, "
-        f"{gib(facts.ram_available_bytes)} of RAM available",
-        "close other programs, lower n_ctx in the settings (F9 in the app), or import a smaller "
-        "quantization (`localspec models import`)",
-    )]
+    return [
+        Problem(
+            f"no catalog pair fits in memory: the smallest ({smallest.id}) needs about "
+            f"{gib(smallest.memory_bytes * (1 + COMPUTE_OVERHEAD))} at {facts.n_ctx} tokens of context, "
+            f"{gib(facts.ram_available_bytes)} of RAM available",
+            "close other programs, lower n_ctx in the settings (F9 in the app), or import a smaller "
+            "quantization (`localspec models import`)",
+        )
+    ]
 
 
 def _disk_problems(facts: Facts, pairs: tuple[PairVerdict, ...]) -> list[Problem]:
     out = []
     if not facts.models_dir_writable:
-        out.append(Problem(
-            f"the models dir {facts.models_dir} is not writable: downloads and imports would fail",
-            "fix its permissions, or set models_dir in the settings to a folder you own",
-        ))
+        out.append(
+            Problem(
+                f"the models dir {facts.models_dir} is not writable: downloads and imports would fail",
+                "fix its permissions, or set models_dir in the settings to a folder you own",
+            )
+        )
     default = next((p for p in facts.pairs if p.default), None)
     verdict = next((v for v in pairs if default and v.id == default.id), None)
     if default and verdict and verdict.disk is False:
-        out.append(Problem(
-            f"no room for the default pair {default.id}: it needs {gib(default.missing_bytes)} more, "
-            f"{gib(facts.disk_free_bytes)} free on the disk of {facts.models_dir}",
-            "free space on that disk, or set models_dir (and hub_cache_dir) in the settings to a larger one",
-        ))
+        out.append(
+            Problem(
+                f"no room for the default pair {default.id}: it needs {gib(default.missing_bytes)} more, "
+                f"{gib(facts.disk_free_bytes)} free on the disk of {facts.models_dir}",
+                "free space on that disk, or set models_dir (and hub_cache_dir) in the settings to a larger one",
+            )
+        )
     return out
 
 
@@ -163,6 +177,9 @@ def _verdict(facts: Facts, pairs: tuple[PairVerdict, ...], problems: list[Proble
         where = "CPU only (this llama.cpp build has no GPU offload, and no GPU was found)"
     running = sum(1 for v in pairs if v.runs)
     default = next((v for v, p in zip(pairs, facts.pairs) if p.default), None)
-    ready = "" if default is None else (
-        f"; the default pair {default.id} is {'on disk' if default.on_disk else 'not downloaded yet'}")
+    ready = (
+        ""
+        if default is None
+        else (f"; the default pair {default.id} is {'on disk' if default.on_disk else 'not downloaded yet'}")
+    )
     return f"OK: {where}; {running} of {len(pairs)} catalog pairs fit in memory{ready}"

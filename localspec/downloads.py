@@ -19,9 +19,9 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from . import hub, pypi_fallback
 from .catalog import ModelRef
@@ -211,7 +211,9 @@ def pull(
     if path is not None:
         return path
     if ref.path is not None:
-        raise DownloadError(f"{ref.path}: this imported file is gone; import it again with `localspec models import PATH`")
+        raise DownloadError(
+            f"{ref.path}: this imported file is gone; import it again with `localspec models import PATH`"
+        )
     errors: list[str] = []
     if ref.repo:
         try:

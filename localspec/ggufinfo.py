@@ -32,12 +32,30 @@ from .offload import ModelLayout
 
 T = gguf.GGUFValueType
 _SCALARS = {
-    T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
-    T.FLOAT32: "<f", T.BOOL: "<?", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d",
+    T.UINT8: "<B",
+    T.INT8: "<b",
+    T.UINT16: "<H",
+    T.INT16: "<h",
+    T.UINT32: "<I",
+    T.INT32: "<i",
+    T.FLOAT32: "<f",
+    T.BOOL: "<?",
+    T.UINT64: "<Q",
+    T.INT64: "<q",
+    T.FLOAT64: "<d",
 }
 _NUMPY = {
-    T.UINT8: "<u1", T.INT8: "<i1", T.UINT16: "<u2", T.INT16: "<i2", T.UINT32: "<u4", T.INT32: "<i4",
-    T.FLOAT32: "<f4", T.BOOL: "?", T.UINT64: "<u8", T.INT64: "<i8", T.FLOAT64: "<f8",
+    T.UINT8: "<u1",
+    T.INT8: "<i1",
+    T.UINT16: "<u2",
+    T.INT16: "<i2",
+    T.UINT32: "<u4",
+    T.INT32: "<i4",
+    T.FLOAT32: "<f4",
+    T.BOOL: "?",
+    T.UINT64: "<u8",
+    T.INT64: "<i8",
+    T.FLOAT64: "<f8",
 }
 # llama.cpp's LLAMA_TOKEN_NULL: what llama_vocab_bos/eos return when a model has none
 TOKEN_NULL = -1
@@ -60,12 +78,38 @@ _SPECIAL_TYPES = {gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType
 # marks them normal (it warns "control-looking token ... will be overridden"); the special set
 # only changes a verdict where target and draft differ on such a token's text
 _CONTROL_LOOKING = {
-    b"<|eot_id|>", b"<|im_end|>", b"<|end|>", b"<end_of_turn>", b"<|endoftext|>", b"<|eom_id|>",
-    b"<EOT>", b"_<EOT>", b"<|end_of_text|>", b"<end_of_utterance>", b"<|return|>", b"<|call|>",
-    b"</s>", "<｜end▁of▁sentence｜>".encode(), b"<|fim_prefix|>", b"<|fim_suffix|>",
-    b"<|fim_middle|>", b"<|fim_pad|>", b"<|repo_name|>", b"<|file_sep|>", b"<fim_prefix>",
-    b"<fim_suffix>", b"<fim_middle>", b"<fim_pad>", b"<fim-prefix>", b"<fim-suffix>",
-    b"<fim-middle>", b"<PRE>", b"<SUF>", b"<MID>", b"<reponame>", b"<filename>",
+    b"<|eot_id|>",
+    b"<|im_end|>",
+    b"<|end|>",
+    b"<end_of_turn>",
+    b"<|endoftext|>",
+    b"<|eom_id|>",
+    b"<EOT>",
+    b"_<EOT>",
+    b"<|end_of_text|>",
+    b"<end_of_utterance>",
+    b"<|return|>",
+    b"<|call|>",
+    b"</s>",
+    "<｜end▁of▁sentence｜>".encode(),
+    b"<|fim_prefix|>",
+    b"<|fim_suffix|>",
+    b"<|fim_middle|>",
+    b"<|fim_pad|>",
+    b"<|repo_name|>",
+    b"<|file_sep|>",
+    b"<fim_prefix>",
+    b"<fim_suffix>",
+    b"<fim_middle>",
+    b"<fim_pad>",
+    b"<fim-prefix>",
+    b"<fim-suffix>",
+    b"<fim-middle>",
+    b"<PRE>",
+    b"<SUF>",
+    b"<MID>",
+    b"<reponame>",
+    b"<filename>",
 }
 
 
@@ -129,8 +173,7 @@ def read_model_layout(path: Path | str) -> ModelLayout:
     if "output.weight" not in sizes:
         output += sizes.get("token_embd.weight", 0)
     ctx = meta.get(f"{arch}.context_length")
-    return ModelLayout(n_layer, tuple(blocks), output, _kv_bytes_per_token(meta, arch),
-                       int(ctx) if ctx else None)
+    return ModelLayout(n_layer, tuple(blocks), output, _kv_bytes_per_token(meta, arch), int(ctx) if ctx else None)
 
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
@@ -161,8 +204,7 @@ def _read(path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[str, An
                 except _Damaged as e:
                     raise GgufError(f"{path}: cannot read it as GGUF: {e}: the file is damaged") from None
                 except (ValueError, struct.error, IndexError) as e:
-                    raise GgufTruncated(
-                        f"{path}: cannot read it as GGUF: it ends inside its header ({e})") from None
+                    raise GgufTruncated(f"{path}: cannot read it as GGUF: it ends inside its header ({e})") from None
     except OSError as e:
         raise GgufError(f"{path}: cannot read it as GGUF ({e.strerror or e})") from None
     check_metadata(meta, path)
@@ -180,9 +222,13 @@ def not_a_file(path: Path) -> str | None:
         return f"cannot be read ({e.strerror or e})"
     if stat.S_ISREG(mode):
         return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-             (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     kind = next((name for test, name in kinds if test(mode)), "not a regular file")
     return f"is {kind}, not a GGUF file"
 
@@ -206,8 +252,10 @@ def _parse(buf, path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[s
     # each entry takes at least 13 bytes (key length, type, a 1-byte value) and each tensor
     # 24; counts the file cannot hold would only run the loops below to the end of it
     if n_kv * 13 + n_tensors * 24 > len(buf):
-        raise ValueError(f"its header lists {n_kv:,} metadata entries and {n_tensors:,} tensors, "
-                         f"more than {len(buf):,} bytes can hold")
+        raise ValueError(
+            f"its header lists {n_kv:,} metadata entries and {n_tensors:,} tensors, "
+            f"more than {len(buf):,} bytes can hold"
+        )
     reader = _Cursor(buf, 24)
     meta = {}
     for _ in range(n_kv):
@@ -218,8 +266,9 @@ def _parse(buf, path: Path, sizes: dict[str, int] | None = None) -> tuple[dict[s
         name = reader.string()
         n_dims = reader.unpack("<I")
         if n_dims > GGML_MAX_DIMS:
-            raise GgufError(f"{path}: tensor {i} has {n_dims} dimensions; GGUF allows at most "
-                            f"{GGML_MAX_DIMS}: the file is damaged")
+            raise GgufError(
+                f"{path}: tensor {i} has {n_dims} dimensions; GGUF allows at most {GGML_MAX_DIMS}: the file is damaged"
+            )
         dims = struct.unpack_from(f"<{n_dims}Q", buf, reader.pos)
         reader.pos += 8 * n_dims
         ggml_type, offset = reader.unpack("<I"), reader.unpack("<Q")
@@ -291,14 +340,25 @@ class _Cursor:
 _UINT, _UINTS, _TEXT, _TEXTS, _FLAG = "a whole number ≥ 0", "whole numbers", "text", "a list of texts", "true/false"
 _UINT_LIST = "a list of whole numbers"
 _SCHEMA = {
-    "general.architecture": _TEXT, "general.name": _TEXT, "general.size_label": _TEXT,
-    "general.file_type": _UINT, "split.count": _UINT,
-    "{arch}.context_length": _UINT, "{arch}.block_count": _UINT, "{arch}.embedding_length": _UINT,
-    "{arch}.attention.head_count": _UINTS, "{arch}.attention.head_count_kv": _UINTS,
-    "{arch}.attention.key_length": _UINT, "{arch}.attention.value_length": _UINT,
-    "tokenizer.ggml.model": _TEXT, "tokenizer.ggml.pre": _TEXT, "tokenizer.ggml.tokens": _TEXTS,
-    "tokenizer.ggml.token_type": _UINT_LIST, "tokenizer.ggml.bos_token_id": _UINT,
-    "tokenizer.ggml.eos_token_id": _UINT, "tokenizer.ggml.add_bos_token": _FLAG,
+    "general.architecture": _TEXT,
+    "general.name": _TEXT,
+    "general.size_label": _TEXT,
+    "general.file_type": _UINT,
+    "split.count": _UINT,
+    "{arch}.context_length": _UINT,
+    "{arch}.block_count": _UINT,
+    "{arch}.embedding_length": _UINT,
+    "{arch}.attention.head_count": _UINTS,
+    "{arch}.attention.head_count_kv": _UINTS,
+    "{arch}.attention.key_length": _UINT,
+    "{arch}.attention.value_length": _UINT,
+    "tokenizer.ggml.model": _TEXT,
+    "tokenizer.ggml.pre": _TEXT,
+    "tokenizer.ggml.tokens": _TEXTS,
+    "tokenizer.ggml.token_type": _UINT_LIST,
+    "tokenizer.ggml.bos_token_id": _UINT,
+    "tokenizer.ggml.eos_token_id": _UINT,
+    "tokenizer.ggml.add_bos_token": _FLAG,
     "tokenizer.ggml.add_eos_token": _FLAG,
 }
 
@@ -311,12 +371,16 @@ def check_metadata(meta: dict[str, Any], path: Path) -> None:
     for pattern, kind in _SCHEMA.items():
         key = pattern.replace("{arch}", arch)
         if key in meta and not _is_kind(meta[key], kind):
-            raise GgufError(f"{path}: metadata {key} should be {kind}, not {_describe(meta[key])}: "
-                            "the file is damaged or was written by a broken converter")
+            raise GgufError(
+                f"{path}: metadata {key} should be {kind}, not {_describe(meta[key])}: "
+                "the file is damaged or was written by a broken converter"
+            )
     n_layer = meta.get(f"{arch}.block_count", 0)
     if n_layer > LLAMA_MAX_LAYERS:  # read_model_layout makes a list of this length
-        raise GgufError(f"{path}: metadata {arch}.block_count gives {n_layer:,} layers; llama.cpp "
-                        f"supports at most {LLAMA_MAX_LAYERS}: the file is damaged")
+        raise GgufError(
+            f"{path}: metadata {arch}.block_count gives {n_layer:,} layers; llama.cpp "
+            f"supports at most {LLAMA_MAX_LAYERS}: the file is damaged"
+        )
 
 
 def _is_int(v) -> bool:

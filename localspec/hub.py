@@ -21,8 +21,8 @@ import errno
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlparse
 
 from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
@@ -110,7 +110,11 @@ def download(
         raise HubUnavailable(f"{why}, and {what} is not in the hub cache")
     try:
         path = hf_hub_download(
-            repo, filename, cache_dir=cache_dir, etag_timeout=ETAG_TIMEOUT_S, endpoint=endpoint(),
+            repo,
+            filename,
+            cache_dir=cache_dir,
+            etag_timeout=ETAG_TIMEOUT_S,
+            endpoint=endpoint(),
             tqdm_class=_progress_class(on_bytes, cancel),
         )
     except Exception as e:

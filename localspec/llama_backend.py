@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
 
 import llama_cpp as L
+import numpy as np
 
 from .compat import VocabInfo
+from .core.options import clamp_threads
+from .core.protocol import CachedModel, ContextFull
 from .offload import DEVICE_TYPES, Device
-from .options import clamp_threads
-from .protocol import CachedModel, ContextFull
 
 _VOCAB_TYPES = {
     L.LLAMA_VOCAB_TYPE_NONE: "none",
@@ -64,8 +63,10 @@ _GGML_SIGNATURES = {
     "ggml_backend_dev_get": ([ctypes.c_size_t], ctypes.c_void_p),
     "ggml_backend_dev_name": ([ctypes.c_void_p], ctypes.c_char_p),
     "ggml_backend_dev_description": ([ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_memory": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                 ctypes.POINTER(ctypes.c_size_t)], None),
+    "ggml_backend_dev_memory": (
+        [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
+        None,
+    ),
     "ggml_backend_dev_type": ([ctypes.c_void_p], ctypes.c_int),
 }
 _GGML_NAMES = ("libggml.so", "libggml.dylib", "ggml.dll", "libggml.dll")
@@ -118,7 +119,8 @@ def _device(ggml, dev) -> Device:
         name=(ggml.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
         description=(ggml.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
         type=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else f"type {kind}",
-        free_bytes=int(free.value), total_bytes=int(total.value),
+        free_bytes=int(free.value),
+        total_bytes=int(total.value),
     )
 
 
@@ -196,8 +198,14 @@ class LlamaModel(CachedModel):
         self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
 
     @classmethod
-    def load(cls, path: Path | str, n_ctx: int = 4096, threads: int | None = None,
-             gpu_layers: int | None = None, verbose: bool = False) -> "LlamaModel":
+    def load(
+        cls,
+        path: Path | str,
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        gpu_layers: int | None = None,
+        verbose: bool = False,
+    ) -> LlamaModel:
         """``n_ctx`` is capped at the model's trained context; ``threads`` at this machine's
         CPUs (more make llama.cpp's workers spin-wait on each other)."""
         path = Path(path)
@@ -210,8 +218,9 @@ class LlamaModel(CachedModel):
         model = _load_model(path, gpu_layers)
         if L.llama_vocab_type(L.llama_model_get_vocab(model)) == L.LLAMA_VOCAB_TYPE_NONE:
             L.llama_model_free(model)  # tokenizing would abort in llama.cpp
-            raise ModelLoadError(f"{path}: the file has no tokenizer (vocabulary); localspec "
-                                 "needs a model with its tokenizer")
+            raise ModelLoadError(
+                f"{path}: the file has no tokenizer (vocabulary); localspec needs a model with its tokenizer"
+            )
         n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
         ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads))
         if not ctx:
@@ -253,16 +262,18 @@ class LlamaModel(CachedModel):
         context, token ids within the vocabulary."""
         n = len(tokens)
         if not 1 <= n_logits <= min(n, self.n_batch, MAX_LOGIT_ROWS):
-            raise BackendError(f"{self.name}: {n_logits} logit rows asked for {n} tokens; one "
-                               f"evaluation gives 1 to {min(self.n_batch, MAX_LOGIT_ROWS)}")
+            raise BackendError(
+                f"{self.name}: {n_logits} logit rows asked for {n} tokens; one "
+                f"evaluation gives 1 to {min(self.n_batch, MAX_LOGIT_ROWS)}"
+            )
         if start < 0 or start + n > self.n_ctx:
-            raise ContextFull(f"{self.name}: positions {start}..{start + n - 1} are outside the "
-                              f"context of {self.n_ctx} tokens")
+            raise ContextFull(
+                f"{self.name}: positions {start}..{start + n - 1} are outside the context of {self.n_ctx} tokens"
+            )
         ids = np.asarray(tokens, dtype=np.int64)
         bad = ids[(ids < 0) | (ids >= self.n_vocab)]
         if bad.size:
-            raise BackendError(f"{self.name}: token id {int(bad[0])} is outside the vocabulary "
-                               f"(0..{self.n_vocab - 1})")
+            raise BackendError(f"{self.name}: token id {int(bad[0])} is outside the vocabulary (0..{self.n_vocab - 1})")
 
     def _remove(self, start: int) -> None:
         start = max(0, start)  # p0 < 0 would mean "from the first position" to llama.cpp too
@@ -279,8 +290,9 @@ class LlamaModel(CachedModel):
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
         data = text.encode("utf-8", errors="replace")  # lone surrogates from a bad paste
         if len(data) > _MAX_TEXT_BYTES:
-            raise BackendError(f"the text is {len(data):,} bytes; llama.cpp tokenizes at most "
-                               f"{_MAX_TEXT_BYTES:,} at once")
+            raise BackendError(
+                f"the text is {len(data):,} bytes; llama.cpp tokenizes at most {_MAX_TEXT_BYTES:,} at once"
+            )
         add_bos = add_bos and self._can_add_special()
         cap = len(data) + 16
         buf = (L.llama_token * cap)()
@@ -295,9 +307,11 @@ class LlamaModel(CachedModel):
         """llama.cpp asserts when asked to add a BOS, EOS or SEP token the model asks for but
         does not have (an id out of its vocabulary is disabled at load): then add none."""
         v = self._vocab
-        wanted = ((L.llama_vocab_get_add_bos, L.llama_vocab_bos),
-                  (L.llama_vocab_get_add_eos, L.llama_vocab_eos),
-                  (L.llama_vocab_get_add_sep, L.llama_vocab_sep))
+        wanted = (
+            (L.llama_vocab_get_add_bos, L.llama_vocab_bos),
+            (L.llama_vocab_get_add_eos, L.llama_vocab_eos),
+            (L.llama_vocab_get_add_sep, L.llama_vocab_sep),
+        )
         return all(not add(v) or token(v) != L.LLAMA_TOKEN_NULL for add, token in wanted)
 
     def _check_id(self, token: int) -> None:
@@ -323,9 +337,7 @@ class LlamaModel(CachedModel):
 
     def vocab_info(self) -> VocabInfo:
         v = self._vocab
-        special = frozenset(
-            i for i in range(self.n_vocab) if L.llama_vocab_get_attr(v, i) & _SPECIAL_ATTRS
-        )
+        special = frozenset(i for i in range(self.n_vocab) if L.llama_vocab_get_attr(v, i) & _SPECIAL_ATTRS)
         return VocabInfo(
             vocab_type=_VOCAB_TYPES.get(L.llama_vocab_type(v), str(L.llama_vocab_type(v))),
             n_vocab=self.n_vocab,
@@ -353,14 +365,16 @@ class LlamaModel(CachedModel):
         piece = lambda tok: self.token_text(tok).decode("utf-8", "replace") if tok >= 0 else ""
         try:
             fmt = Jinja2ChatFormatter(
-                template, eos_token=piece(L.llama_vocab_eos(self._vocab)),
+                template,
+                eos_token=piece(L.llama_vocab_eos(self._vocab)),
                 bos_token=piece(L.llama_vocab_bos(self._vocab)),
             )
             return fmt(messages=list(messages)).prompt
         except Exception as e:  # the template is the file's code: any Jinja error, any exception
             raise ChatTemplateError(
                 f"{self.name}: the model's chat template failed ({type(e).__name__}: {e}); "
-                "use --raw to send the text as it is, or another GGUF of the model") from None
+                "use --raw to send the text as it is, or another GGUF of the model"
+            ) from None
 
     def describe(self) -> str:
         buf = ctypes.create_string_buffer(256)

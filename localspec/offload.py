@@ -20,8 +20,8 @@ model's automatic count then fills what is left.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Sequence
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -80,7 +80,7 @@ class ModelLayout:
         blocks = n - 1  # the output layer goes first, then the blocks from the top down
         ctx = min(n_ctx, self.context_length) if self.context_length else n_ctx
         kv = self.kv_bytes_per_token * ctx * blocks // max(self.n_layer, 1)
-        return self.output_bytes + sum(self.block_bytes[self.n_layer - blocks:]) + kv
+        return self.output_bytes + sum(self.block_bytes[self.n_layer - blocks :]) + kv
 
 
 @dataclass(frozen=True)
@@ -158,15 +158,29 @@ def most_layers(m: ModelLayout, n_ctx: int, budget: int) -> int:
     return 0
 
 
-def cpu_plan(target: ModelLayout | None, draft: ModelLayout | None, reason: str,
-             has_draft: bool | None = None) -> OffloadPlan:
-    return OffloadPlan(0, target.total if target else 0, 0, draft.total if draft else 0,
-                       reason=reason, has_draft=draft is not None if has_draft is None else has_draft)
+def cpu_plan(
+    target: ModelLayout | None, draft: ModelLayout | None, reason: str, has_draft: bool | None = None
+) -> OffloadPlan:
+    return OffloadPlan(
+        0,
+        target.total if target else 0,
+        0,
+        draft.total if draft else 0,
+        reason=reason,
+        has_draft=draft is not None if has_draft is None else has_draft,
+    )
 
 
-def plan_offload(target: ModelLayout, draft: ModelLayout | None, n_ctx: int,
-                 devices: Sequence[Device], *, gpu_offload: bool = True,
-                 target_layers: int | None = None, draft_layers: int | None = None) -> OffloadPlan:
+def plan_offload(
+    target: ModelLayout,
+    draft: ModelLayout | None,
+    n_ctx: int,
+    devices: Sequence[Device],
+    *,
+    gpu_offload: bool = True,
+    target_layers: int | None = None,
+    draft_layers: int | None = None,
+) -> OffloadPlan:
     """The plan for a pair (``draft`` None: the target alone). ``target_layers`` /
     ``draft_layers``: the user's counts (-1 = all), None = chosen here."""
     if not gpu_offload:
@@ -179,12 +193,12 @@ def plan_offload(target: ModelLayout, draft: ModelLayout | None, n_ctx: int,
     if len(gpus) > 1:
         name = f"{len(gpus)} GPUs ({', '.join(d.description or d.name for d in gpus)})"
     t, d, used, reason = choose_layers(target, draft, n_ctx, free, target_layers, draft_layers)
-    return OffloadPlan(t, target.total, d, draft.total if draft else 0, name, free, used, reason,
-                       draft is not None)
+    return OffloadPlan(t, target.total, d, draft.total if draft else 0, name, free, used, reason, draft is not None)
 
 
-def choose_layers(target: ModelLayout, draft: ModelLayout | None, n_ctx: int, free: int,
-                  t_fixed: int | None, d_fixed: int | None) -> tuple[int, int, int, str]:
+def choose_layers(
+    target: ModelLayout, draft: ModelLayout | None, n_ctx: int, free: int, t_fixed: int | None, d_fixed: int | None
+) -> tuple[int, int, int, str]:
     """(target layers, draft layers, GPU bytes they take, reason) by the module's policy."""
     if free <= 0:  # the device reports no figure: llama.cpp's own default, everything
         t = target.total if t_fixed is None else target.layers(t_fixed)
@@ -208,13 +222,26 @@ def choose_layers(target: ModelLayout, draft: ModelLayout | None, n_ctx: int, fr
     return t, d, used, _reason(target, draft, t, d, t_fixed, d_fixed, budget, used)
 
 
-def _reason(target: ModelLayout, draft: ModelLayout | None, t: int, d: int,
-            t_fixed: int | None, d_fixed: int | None, budget: int, used: int) -> str:
-    fixed = [f"{who} layers set by {flag}" for who, flag, v in
-             (("target", "--gpu-layers", t_fixed), ("draft", "--draft-gpu-layers", d_fixed)) if v is not None]
+def _reason(
+    target: ModelLayout,
+    draft: ModelLayout | None,
+    t: int,
+    d: int,
+    t_fixed: int | None,
+    d_fixed: int | None,
+    budget: int,
+    used: int,
+) -> str:
+    fixed = [
+        f"{who} layers set by {flag}"
+        for who, flag, v in (("target", "--gpu-layers", t_fixed), ("draft", "--draft-gpu-layers", d_fixed))
+        if v is not None
+    ]
     if used > budget:
-        why = (f"the layers asked for need about {gib(used)}, more than the {gib(budget)} usable: "
-               "llama.cpp may run out of GPU memory")
+        why = (
+            f"the layers asked for need about {gib(used)}, more than the {gib(budget)} usable: "
+            "llama.cpp may run out of GPU memory"
+        )
     elif draft is not None and d < draft.total and d_fixed is None:
         why = f"even the draft does not fit in {gib(budget)} usable: {d} of its {draft.total} layers, target on the CPU"
     elif t < target.total and t_fixed is None:

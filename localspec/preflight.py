@@ -18,9 +18,9 @@ imports llama_cpp, so a check costs a header read, not a model load.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from . import ggufinfo
 from .ggufinfo import _kv_bytes_per_token
@@ -38,27 +38,158 @@ MAX_MODEL_BYTES = 2**50
 # version pyproject pins), less "clip" (a dummy for llama-quantize: mmproj files) and
 # "(unknown)". Update it with the pin.
 SUPPORTED_ARCHITECTURES = (
-    "llama", "llama4", "deci", "falcon", "grok", "gpt2", "gptj", "gptneox", "mpt", "baichuan",
-    "starcoder", "refact", "bert", "modern-bert", "nomic-bert", "nomic-bert-moe", "neo-bert",
-    "jina-bert-v2", "jina-bert-v3", "eurobert", "bloom", "stablelm", "qwen", "qwen2",
-    "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "qwen3next", "qwen3vl", "qwen3vlmoe", "qwen35",
-    "qwen35moe", "qwen4exp", "phi2", "phi3", "phimoe", "plamo", "plamo2", "plamo3", "codeshell",
-    "orion", "internlm2", "minicpm", "minicpm3", "gemma", "gemma2", "gemma3", "gemma3n",
-    "gemma4", "gemma4-assistant", "gemma-embedding", "starcoder2", "mamba", "mamba2", "maple",
-    "jamba", "falcon-h1", "xverse", "command-r", "cohere2", "cohere2moe", "dbrx", "olmo",
-    "olmo2", "olmoe", "muse-glimmer", "openelm", "arctic", "deepseek", "deepseek2",
-    "deepseek2-ocr", "deepseek32", "deepseek4", "chatglm", "glm4", "glm4moe", "glm-dsa",
-    "bitnet", "t5", "t5encoder", "jais", "jais2", "nemotron", "nemotron_h", "nemotron_h_moe",
-    "exaone", "exaone4", "exaone-moe", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7", "granite",
-    "granitemoe", "granitehybrid", "graniteswitch", "granite_swa", "chameleon",
-    "wavtokenizer-dec", "plm", "bailingmoe", "bailingmoe2", "bailingmoe3", "dots1", "dots3note",
-    "arcee", "afmoe", "laguna", "ernie4_5", "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense",
-    "hunyuan_vl", "hy_v3", "hy_v4", "smollm3", "gpt-oss", "lfm2", "lfm2moe", "dream",
-    "smallthinker", "llada", "llada-moe", "seed_oss", "grovemoe", "apertus", "minimax-01",
-    "hrm_text", "minimax-m2", "minimax-m3", "cogvlm", "rnd1", "pangu-embedded", "mistral3",
-    "eagle3", "dflash", "mistral4", "paddleocr", "mimo2", "step35", "spark2_5", "llama-embed",
-    "maincoder", "kimi-linear", "kimi-k3", "glm5-next", "talkie", "mellum", "nanbeige",
-    "qwen3tts", "pockettts",
+    "llama",
+    "llama4",
+    "deci",
+    "falcon",
+    "grok",
+    "gpt2",
+    "gptj",
+    "gptneox",
+    "mpt",
+    "baichuan",
+    "starcoder",
+    "refact",
+    "bert",
+    "modern-bert",
+    "nomic-bert",
+    "nomic-bert-moe",
+    "neo-bert",
+    "jina-bert-v2",
+    "jina-bert-v3",
+    "eurobert",
+    "bloom",
+    "stablelm",
+    "qwen",
+    "qwen2",
+    "qwen2moe",
+    "qwen2vl",
+    "qwen3",
+    "qwen3moe",
+    "qwen3next",
+    "qwen3vl",
+    "qwen3vlmoe",
+    "qwen35",
+    "qwen35moe",
+    "qwen4exp",
+    "phi2",
+    "phi3",
+    "phimoe",
+    "plamo",
+    "plamo2",
+    "plamo3",
+    "codeshell",
+    "orion",
+    "internlm2",
+    "minicpm",
+    "minicpm3",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3n",
+    "gemma4",
+    "gemma4-assistant",
+    "gemma-embedding",
+    "starcoder2",
+    "mamba",
+    "mamba2",
+    "maple",
+    "jamba",
+    "falcon-h1",
+    "xverse",
+    "command-r",
+    "cohere2",
+    "cohere2moe",
+    "dbrx",
+    "olmo",
+    "olmo2",
+    "olmoe",
+    "muse-glimmer",
+    "openelm",
+    "arctic",
+    "deepseek",
+    "deepseek2",
+    "deepseek2-ocr",
+    "deepseek32",
+    "deepseek4",
+    "chatglm",
+    "glm4",
+    "glm4moe",
+    "glm-dsa",
+    "bitnet",
+    "t5",
+    "t5encoder",
+    "jais",
+    "jais2",
+    "nemotron",
+    "nemotron_h",
+    "nemotron_h_moe",
+    "exaone",
+    "exaone4",
+    "exaone-moe",
+    "rwkv6",
+    "rwkv6qwen2",
+    "rwkv7",
+    "arwkv7",
+    "granite",
+    "granitemoe",
+    "granitehybrid",
+    "graniteswitch",
+    "granite_swa",
+    "chameleon",
+    "wavtokenizer-dec",
+    "plm",
+    "bailingmoe",
+    "bailingmoe2",
+    "bailingmoe3",
+    "dots1",
+    "dots3note",
+    "arcee",
+    "afmoe",
+    "laguna",
+    "ernie4_5",
+    "ernie4_5-moe",
+    "hunyuan-moe",
+    "hunyuan-dense",
+    "hunyuan_vl",
+    "hy_v3",
+    "hy_v4",
+    "smollm3",
+    "gpt-oss",
+    "lfm2",
+    "lfm2moe",
+    "dream",
+    "smallthinker",
+    "llada",
+    "llada-moe",
+    "seed_oss",
+    "grovemoe",
+    "apertus",
+    "minimax-01",
+    "hrm_text",
+    "minimax-m2",
+    "minimax-m3",
+    "cogvlm",
+    "rnd1",
+    "pangu-embedded",
+    "mistral3",
+    "eagle3",
+    "dflash",
+    "mistral4",
+    "paddleocr",
+    "mimo2",
+    "step35",
+    "spark2_5",
+    "llama-embed",
+    "maincoder",
+    "kimi-linear",
+    "kimi-k3",
+    "glm5-next",
+    "talkie",
+    "mellum",
+    "nanbeige",
+    "qwen3tts",
+    "pockettts",
 )
 
 
@@ -81,17 +212,21 @@ class ModelFileInfo:
         return int((self.file_bytes + self.kv_bytes) * self.host_fraction * (1 + COMPUTE_OVERHEAD))
 
 
-def check_model_file(path: Path | str, n_ctx: int, gpu_layers: int | None = 0,
-                     available_bytes: int | None = None) -> ModelFileInfo:
+def check_model_file(
+    path: Path | str, n_ctx: int, gpu_layers: int | None = 0, available_bytes: int | None = None
+) -> ModelFileInfo:
     """The file's facts, or ModelFileError. ``gpu_layers``: as llama.cpp's n_gpu_layers
     (0 or None: all on the CPU, negative: all offloaded). ``available_bytes``: free memory
     (default: MemAvailable of this machine)."""
     return check_model_files([path], n_ctx, gpu_layers, available_bytes)[0]
 
 
-def check_model_files(paths: Sequence[Path | str], n_ctx: int,
-                      gpu_layers: int | None | Sequence[int | None] = 0,
-                      available_bytes: int | None = None) -> list[ModelFileInfo]:
+def check_model_files(
+    paths: Sequence[Path | str],
+    n_ctx: int,
+    gpu_layers: int | None | Sequence[int | None] = 0,
+    available_bytes: int | None = None,
+) -> list[ModelFileInfo]:
     """Each file checked on its own, then the memory of all of them together (a target and
     its draft are loaded side by side). ``gpu_layers``: one count for every file, or one per
     file (the offload plan gives the target and the draft their own)."""
@@ -105,8 +240,7 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
     """Every check but memory."""
     not_file = ggufinfo.not_a_file(path)
     if not_file == "no such file":
-        raise ModelFileError(f"{path}: no such file. Check the path; `localspec models list` shows "
-                             "the models on disk.")
+        raise ModelFileError(f"{path}: no such file. Check the path; `localspec models list` shows the models on disk.")
     if not_file:  # a directory, a device, a FIFO: reading one could block or never end
         raise ModelFileError(f"{path}: {not_file.replace('GGUF file', 'GGUF model file')}.")
     meta, needed = read_layout(path)
@@ -129,7 +263,10 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
     model_ctx = int(meta.get(f"{arch}.context_length", 0) or 0)
     n_ctx = min(n_ctx, model_ctx) if model_ctx else n_ctx  # llama.cpp caps it the same way
     return ModelFileInfo(
-        path=path, arch=arch, file_bytes=_split_total(path, meta, size), n_ctx=n_ctx,
+        path=path,
+        arch=arch,
+        file_bytes=_split_total(path, meta, size),
+        n_ctx=n_ctx,
         kv_bytes=_kv_bytes_per_token(meta, arch) * n_ctx,
         host_fraction=_host_fraction(n_layer, gpu_layers),
     )
@@ -137,8 +274,10 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
 
 def check_architecture(path: Path, arch: str) -> None:
     if arch == "clip":
-        raise ModelFileError(f"{path}: this is a vision projector (mmproj / CLIP) file, not a "
-                             "language model. Pick the model's main GGUF file.")
+        raise ModelFileError(
+            f"{path}: this is a vision projector (mmproj / CLIP) file, not a "
+            "language model. Pick the model's main GGUF file."
+        )
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ModelFileError(
             f"{path}: architecture {arch or '(none)'!r} is not supported by the llama.cpp in this "
@@ -152,8 +291,10 @@ def check_tokenizer(path: Path, meta: dict) -> None:
     aborts on the first tokenize: refuse it here. No tokenizer model at all fails its load."""
     model = _text(meta.get("tokenizer.ggml.model", b""))
     if model in ("", "no_vocab", "none") or not meta.get("tokenizer.ggml.tokens"):
-        raise ModelFileError(f"{path}: the file has no tokenizer (vocabulary), so it cannot read "
-                             "or write text. Pick a GGUF of the model that includes its tokenizer.")
+        raise ModelFileError(
+            f"{path}: the file has no tokenizer (vocabulary), so it cannot read "
+            "or write text. Pick a GGUF of the model that includes its tokenizer."
+        )
 
 
 def check_memory(infos: Sequence[ModelFileInfo], available_bytes: int | None) -> None:

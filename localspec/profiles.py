@@ -19,14 +19,14 @@ import json
 import os
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import numpy as np
 
-from .controller import PRIOR_ACCEPTED, PRIOR_REJECTED, expected_tokens
-from .costs import VerifyCurve
+from .core.controller import PRIOR_ACCEPTED, PRIOR_REJECTED, expected_tokens
+from .core.costs import VerifyCurve
 
 PROFILES_FILE = "profiles.json"  # in the data dir
 ASSUMED_ALPHA = PRIOR_ACCEPTED / (PRIOR_ACCEPTED + PRIOR_REJECTED)  # a same-family pair, untried
@@ -107,8 +107,12 @@ def expected(target: Profile, how: str, draft: Profile | None = None) -> Expecte
         return Expected(1.0, alone, "T(1) measured here", target.measured)
     use = target.use.get(how)
     if use and use.tokens_per_second and use.tokens >= 32:
-        return Expected(use.tokens_per_second / alone, use.tokens_per_second,
-                        f"measured in use over {use.tokens} tokens", target.measured)
+        return Expected(
+            use.tokens_per_second / alone,
+            use.tokens_per_second,
+            f"measured in use over {use.tokens} tokens",
+            target.measured,
+        )
     if draft is None or not draft.draft_pass or how == "lookup":
         return None
     ks = np.arange(MAX_K + 1)
@@ -141,8 +145,14 @@ class ProfileStore:
     def get(self, key: str) -> Profile | None:
         return self.load().get(key)
 
-    def update(self, key: str, model: Path, verify: Mapping[int, float] | None = None,
-               draft_pass: float | None = None, use: Mapping[str, Use] | None = None) -> Profile:
+    def update(
+        self,
+        key: str,
+        model: Path,
+        verify: Mapping[int, float] | None = None,
+        draft_pass: float | None = None,
+        use: Mapping[str, Use] | None = None,
+    ) -> Profile:
         """Replace the curve and the draft pass with the newer measurement; add use to use."""
         profiles = self.load()
         p = profiles.get(key) or Profile(str(model), "")
@@ -153,8 +163,9 @@ class ProfileStore:
             p.draft_pass = float(draft_pass)
         for how, u in (use or {}).items():
             old = p.use.get(how, Use())
-            p.use[how] = Use(old.tokens + u.tokens, old.seconds + u.seconds, old.drafted + u.drafted,
-                             old.accepted + u.accepted)
+            p.use[how] = Use(
+                old.tokens + u.tokens, old.seconds + u.seconds, old.drafted + u.drafted, old.accepted + u.accepted
+            )
         profiles[key] = p
         self._save(profiles)
         return p
@@ -169,7 +180,8 @@ class ProfileStore:
 
 def _profile(raw: dict) -> Profile:
     return Profile(
-        model=str(raw["model"]), measured=str(raw.get("measured", "")),
+        model=str(raw["model"]),
+        measured=str(raw.get("measured", "")),
         verify={int(n): float(t) for n, t in raw.get("verify", {}).items()},
         draft_pass=float(raw["draft_pass"]) if raw.get("draft_pass") else None,
         use={how: Use(**u) for how, u in raw.get("use", {}).items()},
@@ -208,8 +220,10 @@ def recommend(options: list[Option]) -> str | None:
     text = f"fastest here: {describe(best)} ({best.expected.tokens_per_second:.1f} tok/s expected)"
     flashy = max(options, key=lambda o: o.expected.speedup)
     if flashy is not best and flashy.expected.speedup > max(best.expected.speedup, 1.05):
-        text += (f"; {describe(flashy)} speculates at {flashy.expected.speedup:.2f}× but is still slower "
-                 f"({flashy.expected.tokens_per_second:.1f} tok/s)")
+        text += (
+            f"; {describe(flashy)} speculates at {flashy.expected.speedup:.2f}× but is still slower "
+            f"({flashy.expected.tokens_per_second:.1f} tok/s)"
+        )
     return text
 
 

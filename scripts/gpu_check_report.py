@@ -35,12 +35,17 @@ def target_section(rep: dict) -> list[str]:
     lines = [f"## {Path(rep['target']).name} (draft {Path(rep['draft'] or '-').name})", ""]
     if rep.get("offload"):
         lines.append(f"Offload: {rep['offload']}")
-    lines.append(f"T(1) = {t1 * 1000:.2f} ms; T(k)/T(1): "
-                 + ", ".join(f"{k}: {ratio[k]:.2f}" for k in ("2", "4", "8", "9", "12", "16") if k in ratio))
+    lines.append(
+        f"T(1) = {t1 * 1000:.2f} ms; T(k)/T(1): "
+        + ", ".join(f"{k}: {ratio[k]:.2f}" for k in ("2", "4", "8", "9", "12", "16") if k in ratio)
+    )
     if draft:
         lines.append(f"Draft pass: {draft * 1000:.2f} ms = {draft / t1:.2f} x T(1)")
-    lines += ["", "| mode | median speed-up | min | acceptance | tokens/pass | overhead ms/pass | "
-              "overhead share | identical |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| mode | median speed-up | min | acceptance | tokens/pass | overhead ms/pass | overhead share | identical |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for mode, rows in by_mode(rep).items():
         lines.append(mode_line(mode, rows))
     return lines
@@ -57,20 +62,31 @@ def mode_line(mode: str, rows: list[dict]) -> str:
     med = lambda key: _median([r[key] for r in rows if r.get(key) is not None])  # noqa: E731
     ups = [r["speedup"] for r in rows if r.get("speedup")]
     ident = [r["identical"] for r in rows if r.get("identical") is not None]
-    return (f"| {mode} | {_f(med('speedup'))} | {_f(min(ups) if ups else None)} | "
-            f"{_f(med('acceptance_rate'))} | {_f(med('tokens_per_pass'))} | "
-            f"{_f(med('overhead_ms_per_step'), 3)} | {_f(med('overhead_fraction'), 3)} | "
-            f"{f'{sum(ident)}/{len(ident)}' if ident else '—'} |")
+    return (
+        f"| {mode} | {_f(med('speedup'))} | {_f(min(ups) if ups else None)} | "
+        f"{_f(med('acceptance_rate'))} | {_f(med('tokens_per_pass'))} | "
+        f"{_f(med('overhead_ms_per_step'), 3)} | {_f(med('overhead_fraction'), 3)} | "
+        f"{f'{sum(ident)}/{len(ident)}' if ident else '—'} |"
+    )
 
 
 def verdicts(reports: list[tuple[Path, dict]]) -> list[str]:
     lines = ["## Targets", ""]
-    worst = max((r["overhead_ms_per_step"] for _, rep in reports for r in rep["rows"]
-                 if r.get("overhead_ms_per_step") is not None), default=None)
+    worst = max(
+        (
+            r["overhead_ms_per_step"]
+            for _, rep in reports
+            for r in rep["rows"]
+            if r.get("overhead_ms_per_step") is not None
+        ),
+        default=None,
+    )
     if worst is not None:
         ok = "met" if worst <= OVERHEAD_TARGET_MS else "MISSED"
-        lines.append(f"- Per-step overhead outside llama.cpp <= {OVERHEAD_TARGET_MS} ms: {ok} "
-                     f"(worst median over modes and prompts: {worst:.3f} ms)")
+        lines.append(
+            f"- Per-step overhead outside llama.cpp <= {OVERHEAD_TARGET_MS} ms: {ok} "
+            f"(worst median over modes and prompts: {worst:.3f} ms)"
+        )
     name, mode, least = ORACLE_TARGET
     for _, rep in reports:
         if name in Path(rep["target"]).name:

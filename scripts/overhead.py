@@ -16,12 +16,12 @@ import statistics
 
 import numpy as np
 
-from localspec.controller import CostModel, DraftController
-from localspec.drafters import OracleDrafter
-from localspec.engine import SpeculativeEngine
-from localspec.protocol import CachedModel
-from localspec.sampling import SamplingParams
-from localspec.stats import RunStats
+from localspec.core.controller import CostModel, DraftController
+from localspec.core.drafters import OracleDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.protocol import CachedModel
+from localspec.core.sampling import SamplingParams
+from localspec.core.stats import RunStats
 
 
 class InstantTarget(CachedModel):

@@ -59,8 +59,22 @@ def free_port() -> int:
 
 def start_server(args) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "localspec", "serve", "--target", args.target, "--draft", args.draft,
-           "--port", str(port), "--ctx", str(args.ctx), "--log-level", "warning"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "localspec",
+        "serve",
+        "--target",
+        args.target,
+        "--draft",
+        args.draft,
+        "--port",
+        str(port),
+        "--ctx",
+        str(args.ctx),
+        "--log-level",
+        "warning",
+    ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     proc = subprocess.Popen(cmd)
@@ -97,19 +111,44 @@ def measure(url: str, prompt: str, max_tokens: int, rounds: int, api_key: str | 
     """One row per measured request; the warm-up round is left out."""
     rows = []
     for r in range(rounds + 1):
-        order = MODES[r % 3:] + MODES[: r % 3]  # rotate: no mode always runs first
+        order = MODES[r % 3 :] + MODES[: r % 3]  # rotate: no mode always runs first
         for mode in order:
-            body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                    "temperature": 0, "speculative": {"type": mode}}
+            body = {
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                "speculative": {"type": mode},
+            }
             out, wall = ask(url, body, api_key)
             t = out["timings"]
-            print(f"round {r}{' (warm-up)' if r == 0 else ''} {mode:6s} {t['predicted_n']:4d} tokens "
-                  f"{t['predicted_per_second'] or 0:7.2f} tok/s  drafted {t['draft_n']:4d} "
-                  f"accepted {t['draft_n_accepted']:4d}", file=sys.stderr)
+            print(
+                f"round {r}{' (warm-up)' if r == 0 else ''} {mode:6s} {t['predicted_n']:4d} tokens "
+                f"{t['predicted_per_second'] or 0:7.2f} tok/s  drafted {t['draft_n']:4d} "
+                f"accepted {t['draft_n_accepted']:4d}",
+                file=sys.stderr,
+            )
             if r:
-                rows.append({"round": r, "mode": mode, "wall_s": wall, "text": out["choices"][0]["message"]["content"],
-                             **{k: t[k] for k in ("predicted_n", "predicted_per_second", "prompt_n", "cache_n",
-                                                  "draft_n", "draft_n_accepted", "tokens_per_pass", "speed_up")}})
+                rows.append(
+                    {
+                        "round": r,
+                        "mode": mode,
+                        "wall_s": wall,
+                        "text": out["choices"][0]["message"]["content"],
+                        **{
+                            k: t[k]
+                            for k in (
+                                "predicted_n",
+                                "predicted_per_second",
+                                "prompt_n",
+                                "cache_n",
+                                "draft_n",
+                                "draft_n_accepted",
+                                "tokens_per_pass",
+                                "speed_up",
+                            )
+                        },
+                    }
+                )
     return rows
 
 
@@ -135,15 +174,20 @@ def summarise(rows: list[dict]) -> dict:
 
 
 def markdown(summary: dict, prompt_id: str, max_tokens: int) -> str:
-    lines = [f"Edit request `{prompt_id}` through `localspec serve` (greedy, max_tokens {max_tokens}; "
-             "medians of the measured rounds)", "",
-             "| mode | tokens | tok/s (server) | tok/s (end to end) | speed-up vs none | acceptance | tokens/pass | same text as none |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Edit request `{prompt_id}` through `localspec serve` (greedy, max_tokens {max_tokens}; "
+        "medians of the measured rounds)",
+        "",
+        "| mode | tokens | tok/s (server) | tok/s (end to end) | speed-up vs none | acceptance | tokens/pass | same text as none |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for mode, s in summary.items():
         acc = f"{s['acceptance']:.0%}" if s["acceptance"] is not None else "n/a"
-        lines.append(f"| {mode} | {s['tokens']:.0f} | {s['tokens_per_second']:.2f} | "
-                     f"{s['end_to_end_tokens_per_second']:.2f} | {s['speed_up_vs_none']:.2f}x | {acc} | "
-                     f"{s['tokens_per_pass']:.2f} | {'yes' if s['identical_to_none'] else 'no'} |")
+        lines.append(
+            f"| {mode} | {s['tokens']:.0f} | {s['tokens_per_second']:.2f} | "
+            f"{s['end_to_end_tokens_per_second']:.2f} | {s['speed_up_vs_none']:.2f}x | {acc} | "
+            f"{s['tokens_per_pass']:.2f} | {'yes' if s['identical_to_none'] else 'no'} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -162,9 +206,15 @@ def main(argv=None) -> int:
             proc.terminate()
             proc.wait(30)
     summary = summarise(rows)
-    report = {"prompt": args.prompt, "max_tokens": max_tokens, "rounds": args.rounds,
-              "target": args.target, "draft": args.draft, "summary": summary,
-              "runs": [{k: v for k, v in r.items() if k != "text"} for r in rows]}
+    report = {
+        "prompt": args.prompt,
+        "max_tokens": max_tokens,
+        "rounds": args.rounds,
+        "target": args.target,
+        "draft": args.draft,
+        "summary": summary,
+        "runs": [{k: v for k, v in r.items() if k != "text"} for r in rows],
+    }
     table = markdown(summary, args.prompt, max_tokens)
     print(table)
     if args.json_out:

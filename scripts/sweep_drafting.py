@@ -16,13 +16,13 @@ import argparse
 from pathlib import Path
 
 from localspec import bench
-from localspec.controller import CostModel, DraftController, LookupGate
-from localspec.costs import DraftCost
-from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from localspec.engine import SpeculativeEngine
-from localspec.sampling import SamplingParams
+from localspec.core.controller import CostModel, DraftController, LookupGate
+from localspec.core.costs import DraftCost
+from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.sampling import SamplingParams
+from localspec.core.stats import RunStats
 from localspec.session import COPY_PRIOR, LoadOptions, PairSpec, Session
-from localspec.stats import RunStats
 
 VARIANTS = ("none", "adaptive", "adaptive-p0", "hybrid")
 
@@ -71,10 +71,13 @@ def main() -> None:
             for v in variants:
                 st = v.run(suite[pid], args.max_tokens)
                 base = base or st.tokens_per_second
-                print(f"{pid:16} {v.name:9} {st.tokens_per_second:5.2f} tok/s  "
-                      f"x{st.tokens_per_second / base:.2f}  acceptance {st.acceptance_rate or 0:.2f}  "
-                      f"tok/pass {st.tokens_per_pass:.2f}  draft {st.draft_seconds:.1f}s "
-                      f"verify {st.verify_seconds:.1f}s", flush=True)
+                print(
+                    f"{pid:16} {v.name:9} {st.tokens_per_second:5.2f} tok/s  "
+                    f"x{st.tokens_per_second / base:.2f}  acceptance {st.acceptance_rate or 0:.2f}  "
+                    f"tok/pass {st.tokens_per_pass:.2f}  draft {st.draft_seconds:.1f}s "
+                    f"verify {st.verify_seconds:.1f}s",
+                    flush=True,
+                )
     session.close()
 
 

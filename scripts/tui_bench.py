@@ -31,15 +31,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.engine import Step  # noqa: E402
-from localspec.session import PairSpec  # noqa: E402
-from localspec.settings import Settings  # noqa: E402
-from localspec.store import ChatStore  # noqa: E402
+from localspec.core.engine import Step
+from localspec.session import PairSpec
+from localspec.settings import Settings
+from localspec.store import ChatStore
 
-WORDS = ("speculative decoding lets a small draft model propose tokens that the large target "
-         "verifies in one pass so the reply arrives faster without changing what is sampled").split()
-CODE = ["```python\n", "def", " verify", "(p_target", ",", " q_draft", "):\n", "    return", " min",
-        "(1", ",", " p_target", " /", " q_draft", ")\n", "```\n"]
+WORDS = ["speculative", "decoding", "lets", "a", "small", "draft", "model", "propose", "tokens", "that", "the", "large", "target", "verifies", "in", "one", "pass", "so", "the", "reply", "arrives", "faster", "without", "changing", "what", "is", "sampled"]
+CODE = [
+    "```python\n",
+    "def",
+    " verify",
+    "(p_target",
+    ",",
+    " q_draft",
+    "):\n",
+    "    return",
+    " min",
+    "(1",
+    ",",
+    " p_target",
+    " /",
+    " q_draft",
+    ")\n",
+    "```\n",
+]
 
 
 def pieces(n: int, rng: random.Random) -> list[str]:
@@ -89,23 +104,33 @@ class PacedSession:
             time.sleep(max(0.0, due - time.perf_counter()))
             k = min(self.burst - 1, n - 1 + self.rng.randint(0, 2))
             drafted = tuple(emitted[:-1]) + tuple(10_000_000 + j for j in range(k - (n - 1)))
-            text = "".join(self.pieces[i:i + n])
+            text = "".join(self.pieces[i : i + n])
             chars += len(text)
             self.yield_times.append((time.perf_counter(), chars))
             i += n
-            yield Step(drafted=drafted, n_accepted=n - 1, token=emitted[-1], emitted=tuple(emitted), text=text,
-                       k=k, predicted_speedup=2.5, prefill_seconds=0.0, draft_seconds=n / self.rate * 0.3,
-                       verify_seconds=n / self.rate * 0.6, step_seconds=n / self.rate,
-                       finish="eos" if i >= len(self.pieces) else None)
+            yield Step(
+                drafted=drafted,
+                n_accepted=n - 1,
+                token=emitted[-1],
+                emitted=tuple(emitted),
+                text=text,
+                k=k,
+                predicted_speedup=2.5,
+                prefill_seconds=0.0,
+                draft_seconds=n / self.rate * 0.3,
+                verify_seconds=n / self.rate * 0.6,
+                step_seconds=n / self.rate,
+                finish="eos" if i >= len(self.pieces) else None,
+            )
 
     def close(self) -> None:
         pass
 
 
 async def bench(args) -> dict:
-    from localspec.tui.app import LocalspecApp
     from textual.widgets import Markdown
 
+    from localspec.tui.app import LocalspecApp
     from localspec.tui.widgets import ReplyView, StatsPanel
 
     session = PacedSession(args.tokens, args.rate, args.burst)
@@ -116,8 +141,12 @@ async def bench(args) -> dict:
         for i in range(args.history):
             store.add_message(chat.id, "user", f"question {i}")
             store.add_message(chat.id, "assistant", "".join(pieces(400, rng)))
-    app = LocalspecApp(Settings(show_draft_tokens=args.colours), session_factory=lambda s, o, p: session,
-                       store=store, spec=session.spec)
+    app = LocalspecApp(
+        Settings(show_draft_tokens=args.colours),
+        session_factory=lambda s, o, p: session,
+        store=store,
+        spec=session.spec,
+    )
     shown: list[tuple[float, int]] = []  # Markdown view: (time, chars taken in)
     painted: list[tuple[float, int]] = []  # token colour view: (time, chars painted)
     async with app.run_test(size=(args.width, args.height)) as pilot:
@@ -171,12 +200,19 @@ async def bench(args) -> dict:
     lags.sort()
     return {
         "view": "token colours" if args.colours else "markdown",
-        "tokens": args.tokens, "rate": args.rate, "steps": len(session.yield_times),
-        "wall_s": wall, "achieved_tok_s": args.tokens / wall,
-        "lag_median_ms": statistics.median(lags) * 1000, "lag_p95_ms": lags[int(len(lags) * 0.95)] * 1000,
-        "lag_max_ms": lags[-1] * 1000, "markdown_appends": len(on_screen),
-        "stats_refresh_per_s": refreshes / wall, "cpu_percent": cpu / wall * 100,
-        "user_s": ru1.ru_utime - ru0.ru_utime, "sys_s": ru1.ru_stime - ru0.ru_stime,
+        "tokens": args.tokens,
+        "rate": args.rate,
+        "steps": len(session.yield_times),
+        "wall_s": wall,
+        "achieved_tok_s": args.tokens / wall,
+        "lag_median_ms": statistics.median(lags) * 1000,
+        "lag_p95_ms": lags[int(len(lags) * 0.95)] * 1000,
+        "lag_max_ms": lags[-1] * 1000,
+        "markdown_appends": len(on_screen),
+        "stats_refresh_per_s": refreshes / wall,
+        "cpu_percent": cpu / wall * 100,
+        "user_s": ru1.ru_utime - ru0.ru_utime,
+        "sys_s": ru1.ru_stime - ru0.ru_stime,
         "text_intact": text == "".join(session.pieces),
     }
 
@@ -188,8 +224,7 @@ async def real_chat(args) -> None:
     from localspec.tui.widgets import StatsPanel
 
     spec = PairSpec(Path(args.real), Path(args.draft) if args.draft else None, args.lookup)
-    settings = Settings(n_ctx=2048, max_tokens=args.max_tokens, threads=args.threads,
-                        show_draft_tokens=args.colours)
+    settings = Settings(n_ctx=2048, max_tokens=args.max_tokens, threads=args.threads, show_draft_tokens=args.colours)
     app = LocalspecApp(settings, store=ChatStore(None), spec=spec)
     async with app.run_test(size=(args.width, args.height)) as pilot:
         while app.session is None:
@@ -237,12 +272,17 @@ def main() -> int:
             asyncio.run(real_chat(args))
             return 0
         r = asyncio.run(bench(args))
-    print(f"view: {r['view']}; {r['tokens']} tokens at {r['rate']:.0f} tok/s in {r['steps']} steps "
-          f"(bursts of 1..{args.burst}); headless {args.width}x{args.height}; {args.history} earlier exchanges")
-    print(f"  stream took {r['wall_s']:.2f} s ({r['achieved_tok_s']:.0f} tok/s achieved); text intact: "
-          f"{r['text_intact']}")
-    print(f"  on-screen lag behind the stream: median {r['lag_median_ms']:.1f} ms, p95 {r['lag_p95_ms']:.1f} ms, "
-          f"max {r['lag_max_ms']:.1f} ms  (target < 100 ms; {r['markdown_appends']} screen updates)")
+    print(
+        f"view: {r['view']}; {r['tokens']} tokens at {r['rate']:.0f} tok/s in {r['steps']} steps "
+        f"(bursts of 1..{args.burst}); headless {args.width}x{args.height}; {args.history} earlier exchanges"
+    )
+    print(
+        f"  stream took {r['wall_s']:.2f} s ({r['achieved_tok_s']:.0f} tok/s achieved); text intact: {r['text_intact']}"
+    )
+    print(
+        f"  on-screen lag behind the stream: median {r['lag_median_ms']:.1f} ms, p95 {r['lag_p95_ms']:.1f} ms, "
+        f"max {r['lag_max_ms']:.1f} ms  (target < 100 ms; {r['markdown_appends']} screen updates)"
+    )
     print(f"  stats panel refreshes: {r['stats_refresh_per_s']:.1f} per second (target >= 4)")
     print(f"  CPU: {r['cpu_percent']:.0f}% of one core (user {r['user_s']:.2f} s, sys {r['sys_s']:.2f} s)")
     return 0

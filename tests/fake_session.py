@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
 
-from localspec.controller import DraftingState
-from localspec.engine import Step
+from localspec.core.controller import DraftingState
+from localspec.core.engine import Step
 from localspec.offload import CPU_BUILD, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 
@@ -70,8 +70,7 @@ class FakeSession:
         self._texts[self._next_id] = text
         return self._next_id
 
-    def make_step(self, pieces: Sequence[str], n_accepted: int, k: int, seconds: float,
-                  finish: str | None) -> Step:
+    def make_step(self, pieces: Sequence[str], n_accepted: int, k: int, seconds: float, finish: str | None) -> Step:
         ids = [self._id(p) for p in pieces]
         rejected = [self._id(f"✗{i}") for i in range(max(0, k - n_accepted))]
         if n_accepted == k:  # all kept: the last emitted token is the target's bonus
@@ -79,17 +78,25 @@ class FakeSession:
         else:
             drafted = tuple(ids[:n_accepted]) + tuple(rejected)
         return Step(
-            drafted=drafted, n_accepted=n_accepted, token=ids[-1], emitted=tuple(ids),
-            text="".join(pieces), k=k, predicted_speedup=1.5,
-            prefill_seconds=0.0, draft_seconds=seconds * 0.3, verify_seconds=seconds * 0.6,
-            step_seconds=seconds, finish=finish,
+            drafted=drafted,
+            n_accepted=n_accepted,
+            token=ids[-1],
+            emitted=tuple(ids),
+            text="".join(pieces),
+            k=k,
+            predicted_speedup=1.5,
+            prefill_seconds=0.0,
+            draft_seconds=seconds * 0.3,
+            verify_seconds=seconds * 0.6,
+            step_seconds=seconds,
+            finish=finish,
         )
 
-    def chat(self, messages, params=None, max_tokens: int = 512, mode=None, raw=False,
-             stop=()) -> Iterator[Step]:
+    def chat(self, messages, params=None, max_tokens: int = 512, mode=None, raw=False, stop=()) -> Iterator[Step]:
         mode = mode or self.mode
-        self.calls.append({"messages": [dict(m) for m in messages], "params": params,
-                           "max_tokens": max_tokens, "mode": mode})
+        self.calls.append(
+            {"messages": [dict(m) for m in messages], "params": params, "max_tokens": max_tokens, "mode": mode}
+        )
         return self._run(mode)
 
     def _run(self, mode) -> Iterator[Step]:
@@ -144,13 +151,36 @@ QWEN3_ANSWER = "Hello! How are you?"
 NOT_DRAFTING = [([p], 0, 0) for p in ["Hello", ",", " world", "!", " How", " are", " you", "?"]]
 
 # What the controller says (DraftingState, written out as controller.explain would):
-ON_K4 = DraftingState(True, 4, "k=4, expected 1.62× (a draft token costs 0.05 of a target pass, checking 5 "
-                      "tokens costs 1.10 passes, acceptance 80%)", None, 0.05, 1.10, 1.62)
-OFF_CPU = DraftingState(False, 0, "a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 "
-                        "passes; drafting would run at about 0.80× even at 95% acceptance", None, 0.62, 1.90, 0.80)
-OFF_TRY = DraftingState(False, 0, "a draft token costs 0.20 of a target pass and checking 2 tokens costs 1.30 "
-                        "passes; at the measured acceptance (40%) drafting would run at about 0.90×", 12,
-                        0.20, 1.30, 0.90)
+ON_K4 = DraftingState(
+    True,
+    4,
+    "k=4, expected 1.62× (a draft token costs 0.05 of a target pass, checking 5 "
+    "tokens costs 1.10 passes, acceptance 80%)",
+    None,
+    0.05,
+    1.10,
+    1.62,
+)
+OFF_CPU = DraftingState(
+    False,
+    0,
+    "a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 "
+    "passes; drafting would run at about 0.80× even at 95% acceptance",
+    None,
+    0.62,
+    1.90,
+    0.80,
+)
+OFF_TRY = DraftingState(
+    False,
+    0,
+    "a draft token costs 0.20 of a target pass and checking 2 tokens costs 1.30 "
+    "passes; at the measured acceptance (40%) drafting would run at about 0.90×",
+    12,
+    0.20,
+    1.30,
+    0.90,
+)
 OFF_NONE = DraftingState(False, 0, "the target alone (no draft mode chosen)")
 
 

@@ -3,12 +3,12 @@ so a cache that is not rolled back correctly gives different logits and the test
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from localspec.drafters import Draft
-from localspec.protocol import CachedModel
+from localspec.core.drafters import Draft
+from localspec.core.protocol import CachedModel
 
 EOS = 0
 
@@ -93,8 +93,14 @@ class TimedModel(FakeModel):
     ``call`` counts evaluations, so a test can slow the machine down mid-reply or put a spike
     on one call."""
 
-    def __init__(self, logits_fn: Callable, n_vocab: int, clock: VirtualClock,
-                 seconds: Callable[[int, int], float], n_ctx: int = 4096) -> None:
+    def __init__(
+        self,
+        logits_fn: Callable,
+        n_vocab: int,
+        clock: VirtualClock,
+        seconds: Callable[[int, int], float],
+        n_ctx: int = 4096,
+    ) -> None:
         super().__init__(logits_fn, n_vocab, n_ctx)
         self.clock, self.seconds, self.calls = clock, seconds, 0
 

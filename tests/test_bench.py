@@ -3,22 +3,28 @@
 import json
 
 import pytest
+from tiny_gguf import write_tiny_gguf
 
 from localspec import bench
 from localspec.cli import main
-from tiny_gguf import write_tiny_gguf
 
-SUITE = {"name": "tiny", "max_tokens": 12, "prompts": [
-    {"id": "p1", "category": "code", "prompt": "def x = 1 + 2 def x = 1 + 2 def"},
-    {"id": "p2", "category": "chat", "prompt": "hello world the model is fast"},
-]}
+SUITE = {
+    "name": "tiny",
+    "max_tokens": 12,
+    "prompts": [
+        {"id": "p1", "category": "code", "prompt": "def x = 1 + 2 def x = 1 + 2 def"},
+        {"id": "p2", "category": "chat", "prompt": "hello world the model is fast"},
+    ],
+}
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
 
 
 class TestSuite:
@@ -45,9 +51,31 @@ class TestBenchCli:
         suite.write_text(json.dumps(SUITE))
         out = tmp_path / "r.json"
         md = tmp_path / "r.md"
-        rc = main(["bench", "--target", str(pair[0]), "--draft", str(pair[1]), "--lookup",
-                   "--threads", "1", "--ctx", "512", "--suite", str(suite), "--temp", "0",
-                   "--temp", "0.7", "--compare-rules", "--json", str(out), "--markdown", str(md)])
+        rc = main(
+            [
+                "bench",
+                "--target",
+                str(pair[0]),
+                "--draft",
+                str(pair[1]),
+                "--lookup",
+                "--threads",
+                "1",
+                "--ctx",
+                "512",
+                "--suite",
+                str(suite),
+                "--temp",
+                "0",
+                "--temp",
+                "0.7",
+                "--compare-rules",
+                "--json",
+                str(out),
+                "--markdown",
+                str(md),
+            ]
+        )
         assert rc == 0
         rep = json.loads(out.read_text())
         assert set(rep["cost_curve"]["verify_ratio"]) == {str(k) for k in range(1, 17)}
@@ -67,9 +95,28 @@ class TestSweep:
         suite = tmp_path / "suite.json"
         suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
         out, md = tmp_path / "r.json", tmp_path / "r.md"
-        rc = main(["bench", "--target", str(pair[0]), "--draft", str(pair[1]), "--sweep", "--threads", "1",
-                   "--ctx", "512", "--suite", str(suite), "--repeats", "2", "--json", str(out),
-                   "--markdown", str(md)])
+        rc = main(
+            [
+                "bench",
+                "--target",
+                str(pair[0]),
+                "--draft",
+                str(pair[1]),
+                "--sweep",
+                "--threads",
+                "1",
+                "--ctx",
+                "512",
+                "--suite",
+                str(suite),
+                "--repeats",
+                "2",
+                "--json",
+                str(out),
+                "--markdown",
+                str(md),
+            ]
+        )
         assert rc == 0
         rep = json.loads(out.read_text())
         modes = {r["mode"] for r in rep["rows"]}
@@ -94,11 +141,14 @@ class TestSweep:
 
 
 class TestFlags:
-    @pytest.mark.parametrize("flags, message", [
-        (["--temp", "-1"], "error: --temp must be"),
-        (["--max-tokens", "0"], "error: --max-tokens must be"),
-        (["--repeats", "0"], "error: --repeats must be at least 1 (got 0)"),
-    ])
+    @pytest.mark.parametrize(
+        "flags, message",
+        [
+            (["--temp", "-1"], "error: --temp must be"),
+            (["--max-tokens", "0"], "error: --max-tokens must be"),
+            (["--repeats", "0"], "error: --repeats must be at least 1 (got 0)"),
+        ],
+    )
     def test_bench_flags_are_checked_before_anything_loads(self, pair, capsys, flags, message):
         assert main(["bench", "--target", str(pair[0]), *flags]) == 2
         err = capsys.readouterr().err
@@ -110,9 +160,27 @@ class TestOracleModes:
         suite = tmp_path / "suite.json"
         suite.write_text(json.dumps(SUITE))
         out = tmp_path / "r.json"
-        rc = main(["bench", "--target", str(pair[0]), "--oracle", "100/4", "--oracle", "0/4", "--oracle", "90",
-                   "--threads", "1", "--ctx", "512",
-                   "--suite", str(suite), "--json", str(out)])
+        rc = main(
+            [
+                "bench",
+                "--target",
+                str(pair[0]),
+                "--oracle",
+                "100/4",
+                "--oracle",
+                "0/4",
+                "--oracle",
+                "90",
+                "--threads",
+                "1",
+                "--ctx",
+                "512",
+                "--suite",
+                str(suite),
+                "--json",
+                str(out),
+            ]
+        )
         assert rc == 0
         rows = {(r["prompt_id"], r["mode"]): r for r in json.loads(out.read_text())["rows"]}
         for pid in ("p1", "p2"):

@@ -42,21 +42,36 @@ class TestBuiltin:
         assert pair.target.repo == "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF"
         assert pair.target.filename == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
         assert (pair.target.sha256, pair.target.size_bytes) == (
-            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1117320768)
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            1117320768,
+        )
         draft = pair.drafts[0]
         assert draft.repo == "Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF"
         assert (draft.sha256, draft.size_bytes) == (
-            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491400064)
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            491400064,
+        )
 
     @pytest.mark.parametrize(
         "pair_id, draft_params",
         [
-            ("qwen2.5-coder-1.5b", "0.5B"), ("qwen2.5-coder-7b", "0.5B"), ("qwen2.5-coder-14b", "0.5B"),
-            ("qwen2.5-coder-32b", "0.5B"), ("qwen2.5-3b", "0.5B"), ("qwen2.5-7b", "0.5B"),
-            ("qwen2.5-14b", "0.5B"), ("llama-3.1-8b", "1B"), ("llama-3.2-3b", "1B"),
-            ("gemma-3-4b", "270M"), ("gemma-3-12b", "1B"), ("gemma-3-27b", "1B"),
-            ("smollm2-1.7b", "135M"), ("qwen3-4b", "0.6B"), ("qwen3-8b", "0.6B"),
-            ("qwen3-14b", "0.6B"), ("qwen3-32b", "0.6B"),
+            ("qwen2.5-coder-1.5b", "0.5B"),
+            ("qwen2.5-coder-7b", "0.5B"),
+            ("qwen2.5-coder-14b", "0.5B"),
+            ("qwen2.5-coder-32b", "0.5B"),
+            ("qwen2.5-3b", "0.5B"),
+            ("qwen2.5-7b", "0.5B"),
+            ("qwen2.5-14b", "0.5B"),
+            ("llama-3.1-8b", "1B"),
+            ("llama-3.2-3b", "1B"),
+            ("gemma-3-4b", "270M"),
+            ("gemma-3-12b", "1B"),
+            ("gemma-3-27b", "1B"),
+            ("smollm2-1.7b", "135M"),
+            ("qwen3-4b", "0.6B"),
+            ("qwen3-8b", "0.6B"),
+            ("qwen3-14b", "0.6B"),
+            ("qwen3-32b", "0.6B"),
         ],
     )
     def test_the_pairs_the_issue_asks_for(self, pair_id, draft_params):
@@ -88,14 +103,17 @@ class TestBuiltin:
 
 class TestUserFile:
     def test_user_pairs_and_models_are_added(self, user_file):
-        user_file.write_text(GOOD_MODEL + """
+        user_file.write_text(
+            GOOD_MODEL
+            + """
 [[pairs]]
 id = "mine"
 name = "Mine + 0.5B"
 family = "qwen2.5"
 target = "mine"
 drafts = ["qwen2.5-coder-0.5b-instruct-q4_k_m"]
-""")
+"""
+        )
         catalog, warnings = cat.load_catalog(Settings())
         assert warnings == []
         pair = catalog.get("mine")
@@ -103,20 +121,25 @@ drafts = ["qwen2.5-coder-0.5b-instruct-q4_k_m"]
         assert catalog.get("qwen2.5-coder-1.5b")  # built-in still there
 
     def test_same_id_replaces_the_builtin(self, user_file):
-        user_file.write_text(GOOD_MODEL + """
+        user_file.write_text(
+            GOOD_MODEL
+            + """
 [[pairs]]
 id = "qwen2.5-coder-1.5b"
 name = "my default"
 family = "qwen2.5"
 target = "mine"
 drafts = ["mine"]
-""")
+"""
+        )
         catalog, _ = cat.load_catalog(Settings())
         assert catalog.get("qwen2.5-coder-1.5b").name == "my default"
         assert len([p for p in catalog.pairs if p.id == "qwen2.5-coder-1.5b"]) == 1
 
     def test_bad_field_names_file_entry_and_field(self, user_file):
-        user_file.write_text(GOOD_MODEL + """
+        user_file.write_text(
+            GOOD_MODEL
+            + """
 [models.broken]
 repo = "me/broken"
 filename = "b.gguf"
@@ -124,7 +147,8 @@ quant = "Q4_K_M"
 params = "1B"
 family = "x"
 size_bytes = "big"
-""")
+"""
+        )
         catalog, warnings = cat.load_catalog(Settings())
         assert str(user_file) in warnings[0]
         assert "models.broken" in warnings[0] and "field 'size_bytes'" in warnings[0] and "'big'" in warnings[0]
@@ -137,11 +161,27 @@ size_bytes = "big"
     @pytest.mark.parametrize(
         "entry, where, field",
         [
-            ('[[pairs]]\nid = "p"\nname = "P"\nfamily = "f"\ntarget = "nope"\ndrafts = ["mine"]\n', "pairs[0] (id 'p')", "field 'target'"),
-            ('[[pairs]]\nid = "p"\nname = "P"\nfamily = "f"\ntarget = "mine"\ndrafts = []\n', "pairs[0] (id 'p')", "field 'drafts'"),
+            (
+                '[[pairs]]\nid = "p"\nname = "P"\nfamily = "f"\ntarget = "nope"\ndrafts = ["mine"]\n',
+                "pairs[0] (id 'p')",
+                "field 'target'",
+            ),
+            (
+                '[[pairs]]\nid = "p"\nname = "P"\nfamily = "f"\ntarget = "mine"\ndrafts = []\n',
+                "pairs[0] (id 'p')",
+                "field 'drafts'",
+            ),
             ('[[pairs]]\nname = "P"\nfamily = "f"\ntarget = "mine"\ndrafts = ["mine"]\n', "pairs[0]", "field 'id'"),
-            ('[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\nsha256 = "abc"\n', "models.x", "field 'sha256'"),
-            ('[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\ncolour = "red"\n', "models.x", "field 'colour'"),
+            (
+                '[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\nsha256 = "abc"\n',
+                "models.x",
+                "field 'sha256'",
+            ),
+            (
+                '[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\ncolour = "red"\n',
+                "models.x",
+                "field 'colour'",
+            ),
         ],
     )
     def test_each_kind_of_mistake_is_named(self, user_file, entry, where, field):

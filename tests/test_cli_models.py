@@ -153,7 +153,6 @@ class TestImport:
         assert main(["models", "import", str(other)]) == 2
         assert "already in the catalog" in capsys.readouterr().err
 
-
     def test_broken_user_catalog_leaves_no_copy_behind(self, capsys, tmp_path, models_dir):
         (tmp_path / "config").mkdir()
         (tmp_path / "config" / "catalog.toml").write_text("[models.x\n")

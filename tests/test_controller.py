@@ -3,14 +3,23 @@ best k for the true cost curve on timed fakes (a virtual clock: the timings are 
 
 import numpy as np
 import pytest
-
 from fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits, oracle_greedy
-from localspec import costs as costs_module
-from localspec.controller import EXPLORE_EVERY, EXPLORE_SHARE, FIRST_PROBE, TRIAL_STEPS, CostModel, DraftController, expected_tokens, explain
-from localspec.costs import calibrate
-from localspec.drafters import NoDrafter
-from localspec.engine import SpeculativeEngine
-from localspec.sampling import SamplingParams
+
+from localspec.core import costs as costs_module
+from localspec.core.controller import (
+    EXPLORE_EVERY,
+    EXPLORE_SHARE,
+    FIRST_PROBE,
+    TRIAL_STEPS,
+    CostModel,
+    DraftController,
+    expected_tokens,
+    explain,
+)
+from localspec.core.costs import calibrate
+from localspec.core.drafters import NoDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.sampling import SamplingParams
 
 V = 50
 GREEDY = SamplingParams(temperature=0.0)
@@ -49,8 +58,9 @@ class TestProbing:
         assert all(c.choose().k == 0 for _ in range(300))
 
     def test_probes_when_good_acceptance_would_pay(self):
-        costs = CostModel(verify={n: t for n, t in {1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}.items() for _ in range(3)},
-                          t_draft=0.15)
+        costs = CostModel(
+            verify={n: t for n, t in {1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}.items() for _ in range(3)}, t_draft=0.15
+        )
         c = DraftController(costs, max_k=8)
         for _ in range(40):
             c.observe(4, 0)  # a run of bad drafts: k = 0 now looks best
@@ -95,7 +105,9 @@ class TestMeasuredGuard:
         assert steps[0].k > 0  # the model liked drafting
         assert sum(s.k == 0 for s in steps[-40:]) >= 32  # off, bar a trial of TRIAL_STEPS steps
         plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), DraftController(CostModel({1: 1.0}), fixed_k=0))
-        assert [t for s in steps for t in s.emitted] == [t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted]
+        assert [t for s in steps for t in s.emitted] == [
+            t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted
+        ]
 
 
 # --- convergence on timed fakes -------------------------------------------------------------
@@ -119,8 +131,18 @@ def true_speeds(curve, alpha, t_draft, max_k):
     return expected_tokens(alpha, ks) / (ks * t_draft + np.array([curve(k + 1) for k in ks]))
 
 
-def run_timed(monkeypatch, curve, alpha, t_draft, steps, max_k=8, calibration_curve=None,
-              slow_after=None, calibrate_sizes=(1, 2, 3, 4, 6, 8), first_use=1.0):
+def run_timed(
+    monkeypatch,
+    curve,
+    alpha,
+    t_draft,
+    steps,
+    max_k=8,
+    calibration_curve=None,
+    slow_after=None,
+    calibrate_sizes=(1, 2, 3, 4, 6, 8),
+    first_use=1.0,
+):
     """Calibrate on ``calibration_curve`` (default: the true one), then generate; returns the
     controller and each step's k. ``slow_after``: (call, factor) makes the target that much
     slower from that evaluation on; ``first_use``: the first evaluation of each size costs
@@ -254,7 +276,9 @@ class TestExplain:
         state = explain(ctl)
         assert not state.on and state.k == 0 and state.next_try_in is None
         assert state.draft_cost == pytest.approx(0.62) and state.verify_cost == pytest.approx(1.9)
-        assert state.line.startswith("off: a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 passes")
+        assert state.line.startswith(
+            "off: a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 passes"
+        )
         assert "not tried again" in state.line and state.expected_speedup < 1
 
     def test_memory_bound_is_on_with_k_and_the_expected_gain(self):
@@ -288,5 +312,10 @@ class TestExplain:
         assert explain(ctl).on and "a try found drafting pays again" in explain(ctl).line
 
     def test_fixed_and_target_alone(self):
-        assert explain(DraftController(CostModel({1: 1.0}), fixed_k=0)).line == "off: the target alone (no draft mode chosen)"
-        assert explain(DraftController(CostModel({1: 1.0}), 8, fixed_k=5)).line == "on: k=5 every step (fixed: --no-adapt)"
+        assert (
+            explain(DraftController(CostModel({1: 1.0}), fixed_k=0)).line
+            == "off: the target alone (no draft mode chosen)"
+        )
+        assert (
+            explain(DraftController(CostModel({1: 1.0}), 8, fixed_k=5)).line == "on: k=5 every step (fixed: --no-adapt)"
+        )

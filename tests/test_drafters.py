@@ -2,12 +2,13 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
-
 from fakes import FakeModel
-from localspec.controller import CostModel
-from localspec.drafters import ModelDrafter, PromptLookupDrafter, find_latest_ngram
-from localspec.sampling import SamplingParams
+from hypothesis import given
+from hypothesis import strategies as st
+
+from localspec.core.controller import CostModel
+from localspec.core.drafters import ModelDrafter, PromptLookupDrafter, find_latest_ngram
+from localspec.core.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -102,10 +103,11 @@ class TestOracleDrafter:
     """The bench's oracle: a controlled acceptance at zero draft cost."""
 
     def _run(self, corrupt, k=4, n=40, fixed=True):
-        from localspec.controller import DraftController
-        from localspec.drafters import OracleDrafter
-        from localspec.engine import SpeculativeEngine
         from fakes import hashed_logits
+
+        from localspec.core.controller import DraftController
+        from localspec.core.drafters import OracleDrafter
+        from localspec.core.engine import SpeculativeEngine
 
         fn = hashed_logits(3, 50)
         prompt = [5, 6, 7]
@@ -135,7 +137,7 @@ class TestOracleDrafter:
         assert 0.2 < rate < 0.9
 
     def test_corrupted_positions_do_not_depend_on_k(self):
-        from localspec.drafters import OracleDrafter
+        from localspec.core.drafters import OracleDrafter
 
         a = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
         b = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
@@ -144,7 +146,7 @@ class TestOracleDrafter:
         assert 5 <= n_wrong <= 25  # about half of 30
 
     def test_stops_proposing_once_the_reply_leaves_the_reference(self):
-        from localspec.drafters import OracleDrafter
+        from localspec.core.drafters import OracleDrafter
 
         o = OracleDrafter(2, [10, 11, 12, 13, 14], 100)
         assert o.draft([0, 1, 10], 2, GREEDY, None).ids == (11, 12)
@@ -153,7 +155,7 @@ class TestOracleDrafter:
         assert o.draft([0, 1, 10, 11, 99, 5], 2, GREEDY, None).ids == ()
 
     def test_rejects_a_bad_fraction(self):
-        from localspec.drafters import OracleDrafter
+        from localspec.core.drafters import OracleDrafter
 
         with pytest.raises(ValueError, match="corrupt"):
             OracleDrafter(0, [1], 10, corrupt=1.5)
@@ -163,7 +165,7 @@ class TestLookupGate:
     """Prompt lookup proposes as much of a match as matches of its length have earned."""
 
     def _gate(self, curve=None):
-        from localspec.controller import LookupGate
+        from localspec.core.controller import LookupGate
 
         return LookupGate(CostModel(curve or {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8, 16: 3.0}))
 
@@ -185,7 +187,7 @@ class TestLookupGate:
         assert tries[1] - tries[0] > tries[0]  # the gap grows
 
     def test_unknown_lengths_start_from_the_prior_and_no_costs_means_no_gate(self):
-        from localspec.controller import LookupGate
+        from localspec.core.controller import LookupGate
 
         assert self._gate().length(3, 5) > 0
         assert LookupGate(CostModel()).length(3, 5) == 5
@@ -206,9 +208,10 @@ class TestLookupGate:
         assert d.gate.counts[2][1] > 1.0 and 3 not in d.gate.counts
 
     def test_greedy_output_is_the_targets_with_the_gate(self):
-        from localspec.controller import DraftController
-        from localspec.engine import SpeculativeEngine
         from fakes import FakeModel, hashed_logits
+
+        from localspec.core.controller import DraftController
+        from localspec.core.engine import SpeculativeEngine
 
         fn = hashed_logits(5, 12, order=2)  # a small vocabulary repeats n-grams often
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
@@ -263,9 +266,10 @@ class TestModelDrafterWithLookup:
         assert d.lookup.gate.counts[3][1] > 0.95 * rejected
 
     def test_greedy_output_is_the_targets(self):
-        from localspec.controller import DraftController
-        from localspec.engine import SpeculativeEngine
         from fakes import hashed_logits
+
+        from localspec.core.controller import DraftController
+        from localspec.core.engine import SpeculativeEngine
 
         fn = hashed_logits(5, 12, order=2)
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
-
 from fakes import EOS, FakeModel, ScriptedDrafter, hashed_logits, oracle_greedy
-from localspec.controller import Choice, CostModel, DraftController
-from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from localspec.engine import SpeculativeEngine
-from localspec.sampling import SamplingParams
+
+from localspec.core.controller import Choice, CostModel, DraftController
+from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.sampling import SamplingParams
 
 V = 50
 GREEDY = SamplingParams(temperature=0.0)
@@ -29,7 +29,10 @@ def target_only(fn, **kw):
 
 class TestGreedyIdentity:
     @pytest.mark.parametrize("k", [1, 3, 8])
-    @pytest.mark.parametrize("drafter_kind", ["perfect", "always_wrong", "random_model", "noisy_model", "noisy_model_marginal_rule", "lookup"])
+    @pytest.mark.parametrize(
+        "drafter_kind",
+        ["perfect", "always_wrong", "random_model", "noisy_model", "noisy_model_marginal_rule", "lookup"],
+    )
     def test_speculative_equals_target_only(self, k, drafter_kind):
         fn = hashed_logits(seed=1, n_vocab=V)
         expected, _ = target_only(fn)
@@ -194,8 +197,7 @@ class TestDraftPrefill:
     def test_no_draft_prefill_when_drafting_does_not_pay(self):
         draft = FakeModel(hashed_logits(2, V), V)
         costs = CostModel({1: 1.0, 2: 2.0, 4: 4.0}, t_draft=0.9)  # compute-bound: k = 0
-        engine = SpeculativeEngine(FakeModel(hashed_logits(1, V), V), ModelDrafter(draft, V),
-                                   DraftController(costs, 4))
+        engine = SpeculativeEngine(FakeModel(hashed_logits(1, V), V), ModelDrafter(draft, V), DraftController(costs, 4))
         next(engine.generate(PROMPT, GREEDY, 5))
         assert draft.decode_calls == []
 
@@ -203,8 +205,7 @@ class TestDraftPrefill:
         fn = hashed_logits(1, V)
         draft = FakeModel(hashed_logits(2, V), V, n_ctx=4)  # holds less than the prompt
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)
-        engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0),
-                                   DraftController(costs, 4))
+        engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0), DraftController(costs, 4))
         got, _ = run(engine, max_tokens=10)
         assert got == target_only(fn, max_tokens=10)[0]
         assert draft.cached == []

@@ -8,11 +8,12 @@ find_latest_ngram have their own fuzz tests in test_textstream.py / test_drafter
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from localspec.drafters import PromptLookupDrafter
-from localspec.sampling import SamplingParams, sample, verify_greedy, verify_speculative
+from localspec.core.drafters import PromptLookupDrafter
+from localspec.core.sampling import SamplingParams, sample, verify_greedy, verify_speculative
 
 GREEDY = SamplingParams(temperature=0.0)
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -93,8 +94,14 @@ def reference_greedy(drafted, target_choice):
 
 class TestGreedyRule:
     @FAST
-    @given(st.integers(0, 6).flatmap(lambda k: st.tuples(
-        st.lists(st.integers(0, 3), min_size=k, max_size=k), st.lists(st.integers(0, 3), min_size=k + 1, max_size=k + 1))))
+    @given(
+        st.integers(0, 6).flatmap(
+            lambda k: st.tuples(
+                st.lists(st.integers(0, 3), min_size=k, max_size=k),
+                st.lists(st.integers(0, 3), min_size=k + 1, max_size=k + 1),
+            )
+        )
+    )
     def test_equals_the_reference(self, case):
         drafted, target_choice = case
         v = verify_greedy(drafted, target_choice)

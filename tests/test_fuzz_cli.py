@@ -23,13 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tiny_gguf import write_tiny_gguf
 
 import localspec
-from localspec import options
 from localspec.cli import build_parser
 from localspec.cli.run import MODEL_FLAGS, REPLY_FLAGS
-from tiny_gguf import write_tiny_gguf
+from localspec.core import options
 
 TIME_LIMIT = 10.0  # seconds: the issue's bound for a clean refusal
 HANG_LIMIT = 60.0  # seconds for any case: a reply of up to 512 tokens on a busy 2-core machine
@@ -65,15 +66,18 @@ def _value(name: str):
     edges = st.sampled_from(_edges(name))
     if opt.kind is int:
         return st.one_of(edges, st.integers(-3, 600), st.integers(-(2**70), 2**70))
-    return st.one_of(edges, edges.map(float), st.floats(-1.0, 6.0),
-                     st.sampled_from([math.nan, math.inf, -math.inf, 1e-300, 5e-324]))
+    return st.one_of(
+        edges, edges.map(float), st.floats(-1.0, 6.0), st.sampled_from([math.nan, math.inf, -math.inf, 1e-300, 5e-324])
+    )
 
 
 FLAG_OF = {**MODEL_FLAGS, **REPLY_FLAGS}
 # Allowed values, small where size costs time on the tiny models (each case must stay fast)
 ALLOWED = {
-    "ctx": st.sampled_from([256, 257, 300, 512, 4096, options.MAX_CTX]), "max_tokens": st.integers(1, 48),
-    "threads": st.sampled_from([1, 2, 3, 64, 512]), "seed": st.integers(0, options.UINT64_MAX),
+    "ctx": st.sampled_from([256, 257, 300, 512, 4096, options.MAX_CTX]),
+    "max_tokens": st.integers(1, 48),
+    "threads": st.sampled_from([1, 2, 3, 64, 512]),
+    "seed": st.integers(0, options.UINT64_MAX),
     "top_k": st.integers(0, 400) | st.just(options.INT32_MAX),
 }
 
@@ -88,9 +92,17 @@ def _allowed(attr: str):
 
 
 PROMPTS = st.one_of(
-    st.sampled_from(["", " ", "a", "hello world", "def f(x):\n    return x + 1\n",
-                     "the model is fast " * 40,  # ~770 tokens: longer than the tiny models' 512
-                     "안녕 세계 😀 🇰🇷 e\u0301"]),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "a",
+            "hello world",
+            "def f(x):\n    return x + 1\n",
+            "the model is fast " * 40,  # ~770 tokens: longer than the tiny models' 512
+            "안녕 세계 😀 🇰🇷 e\u0301",
+        ]
+    ),
     st.text(max_size=80),
     st.text(alphabet="ab \n", min_size=200, max_size=2000),
     st.binary(max_size=120),  # invalid UTF-8 and NUL bytes, through stdin
@@ -125,8 +137,10 @@ def cases(draw) -> Case:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -158,9 +172,13 @@ def run_case(case: Case, pair) -> None:
     env = {**os.environ, "PYTHONPATH": str(SOURCE_ROOT)}
     t0 = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "localspec", *argv(case, pair)], env=env,
-                              input=data if case.stdin else b"", capture_output=True,
-                              timeout=HANG_LIMIT)
+        done = subprocess.run(
+            [sys.executable, "-m", "localspec", *argv(case, pair)],
+            env=env,
+            input=data if case.stdin else b"",
+            capture_output=True,
+            timeout=HANG_LIMIT,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"no exit within {HANG_LIMIT:.0f} s: {case}")
     seconds = time.perf_counter() - t0
@@ -189,15 +207,25 @@ def run_case(case: Case, pair) -> None:
 def issue_cases():
     """The command lines of issue 12, on the tiny pair."""
     long = "hello there this is a long prompt that will not fit in sixteen tokens at all no way"
-    return [Case(("--ctx", "16"), "plain", long), Case(("--ctx", "1"), "plain", long),
-            Case(("--ctx", "32"), "draft", long), Case(("--ctx", "24"), "lookup", long),
-            Case(("--threads", "999", "--max-tokens", "40"), "plain", "Write hello world in C"),
-            Case(("--temp", "-1"), "plain", "hi"), Case(("--ctx", "256"), "draft", "the model is fast " * 40),
-            Case(("--ctx", "300", "--max-tokens", "40"), "lookup", "the model is fast " * 4)]
+    return [
+        Case(("--ctx", "16"), "plain", long),
+        Case(("--ctx", "1"), "plain", long),
+        Case(("--ctx", "32"), "draft", long),
+        Case(("--ctx", "24"), "lookup", long),
+        Case(("--threads", "999", "--max-tokens", "40"), "plain", "Write hello world in C"),
+        Case(("--temp", "-1"), "plain", "hi"),
+        Case(("--ctx", "256"), "draft", "the model is fast " * 40),
+        Case(("--ctx", "300", "--max-tokens", "40"), "lookup", "the model is fast " * 4),
+    ]
 
 
-CI = settings(max_examples=CI_CASES, derandomize=True, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+CI = settings(
+    max_examples=CI_CASES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 class TestRunNeverAborts:

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import gguf
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tiny_gguf import write_tiny_gguf
 
 from localspec import ggufinfo, preflight
-from tiny_gguf import write_tiny_gguf
 
 T = gguf.GGUFValueType
 MEMORY_LIMIT = 64 * 2**20  # bytes of Python/numpy allocations at the peak, per file
@@ -39,13 +40,38 @@ CI_FILES = 150
 CI_CLI_FILES = 40  # each runs three commands, each loading the settings and the catalog
 LONG_FILES = int(os.environ.get("LOCALSPEC_FUZZ_EXAMPLES", "500"))
 # keys localspec and llama.cpp interpret, so wrong types there reach real code paths
-KEYS = ["general.architecture", "general.alignment", "general.name", "general.size_label",
-        "general.file_type", "split.count", "llama.context_length", "llama.block_count",
-        "llama.embedding_length", "llama.attention.head_count", "llama.attention.head_count_kv",
-        "llama.attention.key_length", "tokenizer.ggml.model", "tokenizer.ggml.tokens",
-        "tokenizer.ggml.token_type", "tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token"]
-SCALAR = {T.UINT8: "<B", T.INT8: "<b", T.UINT16: "<H", T.INT16: "<h", T.UINT32: "<I", T.INT32: "<i",
-          T.FLOAT32: "<f", T.BOOL: "<B", T.UINT64: "<Q", T.INT64: "<q", T.FLOAT64: "<d"}
+KEYS = [
+    "general.architecture",
+    "general.alignment",
+    "general.name",
+    "general.size_label",
+    "general.file_type",
+    "split.count",
+    "llama.context_length",
+    "llama.block_count",
+    "llama.embedding_length",
+    "llama.attention.head_count",
+    "llama.attention.head_count_kv",
+    "llama.attention.key_length",
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.add_bos_token",
+]
+SCALAR = {
+    T.UINT8: "<B",
+    T.INT8: "<b",
+    T.UINT16: "<H",
+    T.INT16: "<h",
+    T.UINT32: "<I",
+    T.INT32: "<i",
+    T.FLOAT32: "<f",
+    T.BOOL: "<B",
+    T.UINT64: "<Q",
+    T.INT64: "<q",
+    T.FLOAT64: "<d",
+}
 HUGE = st.sampled_from([2**31 - 1, 2**32 - 1, 2**40, 2**62, 2**64 - 1])
 
 
@@ -63,7 +89,9 @@ def _string(data: bytes, length: int | None = None) -> bytes:
 def scalar(draw, vtype: int) -> bytes:
     fmt = SCALAR[vtype]
     if fmt[-1] in "fd":
-        return struct.pack(fmt, draw(st.floats(allow_nan=True, allow_infinity=True, width=32 if fmt[-1] == "f" else 64)))
+        return struct.pack(
+            fmt, draw(st.floats(allow_nan=True, allow_infinity=True, width=32 if fmt[-1] == "f" else 64))
+        )
     size = struct.calcsize(fmt)
     signed = fmt[-1].islower()
     lo, hi = (-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1) if signed else (0, 2 ** (8 * size) - 1)
@@ -74,8 +102,9 @@ def scalar(draw, vtype: int) -> bytes:
 @st.composite
 def value(draw, depth: int = 0) -> bytes:
     """A typed value: type id, then its bytes; arrays may lie about their count."""
-    vtype = draw(mostly(st.sampled_from(list(T)), st.integers(13, 2**32 - 1)) if depth == 0
-                 else st.sampled_from(list(T)))
+    vtype = draw(
+        mostly(st.sampled_from(list(T)), st.integers(13, 2**32 - 1)) if depth == 0 else st.sampled_from(list(T))
+    )
     head = struct.pack("<I", vtype)
     if vtype == T.STRING:
         text = draw(st.binary(max_size=24))
@@ -97,14 +126,20 @@ def tensor_info(draw) -> bytes:
     dims = [draw(mostly(st.integers(0, 64), HUGE)) for _ in range(min(n_dims, 6))]
     ggml_type = draw(mostly(st.sampled_from([0, 1, 2, 8, 12, 14, 30, 39]), st.integers(0, 2**32 - 1)))
     offset = draw(mostly(st.integers(0, 4096), HUGE))
-    return (_string(draw(st.binary(max_size=12))) + struct.pack("<I", n_dims)
-            + b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", ggml_type, offset))
+    return (
+        _string(draw(st.binary(max_size=12)))
+        + struct.pack("<I", n_dims)
+        + b"".join(struct.pack("<Q", d) for d in dims)
+        + struct.pack("<IQ", ggml_type, offset)
+    )
 
 
 @st.composite
 def made_up_header(draw) -> bytes:
-    kvs = [_string(draw(mostly(st.sampled_from(KEYS), st.text(max_size=20))).encode()) + draw(value())
-           for _ in range(draw(st.integers(0, 6)))]
+    kvs = [
+        _string(draw(mostly(st.sampled_from(KEYS), st.text(max_size=20))).encode()) + draw(value())
+        for _ in range(draw(st.integers(0, 6)))
+    ]
     tensors = [draw(tensor_info()) for _ in range(draw(st.integers(0, 4)))]
     n_kv = draw(mostly(st.just(len(kvs)), st.integers(0, 12) | HUGE))
     n_tensors = draw(mostly(st.just(len(tensors)), st.integers(0, 6) | HUGE))
@@ -134,7 +169,7 @@ def damaged_real_file(draw) -> bytes:
     header_end = 24 + 10_000  # the metadata and tensor infos of the tiny model
     for _ in range(draw(st.integers(1, 4))):
         at = draw(st.integers(4, header_end))
-        data[at: at + 8] = draw(st.binary(min_size=1, max_size=8) | HUGE.map(lambda n: struct.pack("<Q", n)))
+        data[at : at + 8] = draw(st.binary(min_size=1, max_size=8) | HUGE.map(lambda n: struct.pack("<Q", n)))
     return bytes(data[: draw(st.integers(0, len(data)))]) if draw(st.booleans()) else bytes(data)
 
 
@@ -195,8 +230,11 @@ def readers_property(path: Path) -> None:
 def cli_property(path: Path, other: Path, capsys) -> None:
     from localspec.cli import main
 
-    for argv in (["models", "import", str(path), "--link", "--name", f"m{uuid.uuid4().hex[:10]}"],
-                 ["models", "check", str(path), str(other)], ["models", "check", str(other), str(path)]):
+    for argv in (
+        ["models", "import", str(path), "--link", "--name", f"m{uuid.uuid4().hex[:10]}"],
+        ["models", "check", str(path), str(other)],
+        ["models", "check", str(other), str(path)],
+    ):
         rc = within_memory(lambda: main(argv))
         err = capsys.readouterr().err
         assert rc in (0, 1, 2), (argv, rc, err)
@@ -204,9 +242,13 @@ def cli_property(path: Path, other: Path, capsys) -> None:
             assert len(err.strip().splitlines()) == 1 and err.startswith("localspec models: "), err
 
 
-FUZZ = settings(max_examples=CI_FILES, derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                       HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=CI_FILES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 class TestDamagedHeaders:
@@ -244,23 +286,37 @@ class TestEachDamageHasItsMessage:
     def kv(self, key: str, vtype: int, body: bytes) -> bytes:
         return _string(key.encode()) + struct.pack("<I", vtype) + body
 
-    @pytest.mark.parametrize("make, message", [
-        (lambda s: s.header(n_kv=2**62), "ends inside its header"),
-        (lambda s: s.header(s.kv("a", 99, b""), 1), "unknown value type 99: the file is damaged"),
-        (lambda s: s.header(s.kv("a", T.ARRAY, struct.pack("<IQ", T.ARRAY, 1)), 1), "array of arrays"),
-        (lambda s: s.header(s.kv("a", T.ARRAY, struct.pack("<IQ", T.STRING, 2**62)), 1), "ends inside its header"),
-        (lambda s: s.header(s.kv("a", T.STRING, struct.pack("<Q", 2**62)), 1), "ends inside its header"),
-        (lambda s: s.header(s.kv("general.architecture", T.UINT32, struct.pack("<I", 7)), 1),
-         "general.architecture should be text, not int 7"),
-        (lambda s: s.header(s.kv("general.architecture", T.STRING, _string(b"llama"))
-                            + s.kv("llama.block_count", T.UINT64, struct.pack("<Q", 2**40)), 2),
-         "block_count gives 1,099,511,627,776 layers; llama.cpp supports at most 512"),
-        (lambda s: s.header(s.kv("general.alignment", T.UINT32, struct.pack("<I", 0)), 1), "not a power of two"),
-        (lambda s: s.header(s.kv("tokenizer.ggml.token_type", T.INT32, struct.pack("<i", 1)), 1),
-         "token_type should be a list of whole numbers, not int 1"),  # found by the long run
-        (lambda s: s.header(tensors=_string(b"w") + struct.pack("<I", 2**31), n_tensors=1),
-         "has 2147483648 dimensions; GGUF allows at most 4"),
-    ])
+    @pytest.mark.parametrize(
+        "make, message",
+        [
+            (lambda s: s.header(n_kv=2**62), "ends inside its header"),
+            (lambda s: s.header(s.kv("a", 99, b""), 1), "unknown value type 99: the file is damaged"),
+            (lambda s: s.header(s.kv("a", T.ARRAY, struct.pack("<IQ", T.ARRAY, 1)), 1), "array of arrays"),
+            (lambda s: s.header(s.kv("a", T.ARRAY, struct.pack("<IQ", T.STRING, 2**62)), 1), "ends inside its header"),
+            (lambda s: s.header(s.kv("a", T.STRING, struct.pack("<Q", 2**62)), 1), "ends inside its header"),
+            (
+                lambda s: s.header(s.kv("general.architecture", T.UINT32, struct.pack("<I", 7)), 1),
+                "general.architecture should be text, not int 7",
+            ),
+            (
+                lambda s: s.header(
+                    s.kv("general.architecture", T.STRING, _string(b"llama"))
+                    + s.kv("llama.block_count", T.UINT64, struct.pack("<Q", 2**40)),
+                    2,
+                ),
+                "block_count gives 1,099,511,627,776 layers; llama.cpp supports at most 512",
+            ),
+            (lambda s: s.header(s.kv("general.alignment", T.UINT32, struct.pack("<I", 0)), 1), "not a power of two"),
+            (
+                lambda s: s.header(s.kv("tokenizer.ggml.token_type", T.INT32, struct.pack("<i", 1)), 1),
+                "token_type should be a list of whole numbers, not int 1",
+            ),  # found by the long run
+            (
+                lambda s: s.header(tensors=_string(b"w") + struct.pack("<I", 2**31), n_tensors=1),
+                "has 2147483648 dimensions; GGUF allows at most 4",
+            ),
+        ],
+    )
     def test_message(self, tmp_path, make, message):
         path = write(tmp_path, make(self))
         with pytest.raises(ggufinfo.GgufError, match=message.replace("(", r"\(")):

@@ -27,14 +27,14 @@ def _online_by_default(monkeypatch):
     monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
 
 
-
-
 def no_download(*args, **kwargs):
     raise AssertionError("hf_hub_download must not be called")
 
 
 def http_error(cls, status=404):
-    response = httpx2.Response(status, request=httpx2.Request("HEAD", f"https://huggingface.co/{REPO}/resolve/main/{FILE}"))
+    response = httpx2.Response(
+        status, request=httpx2.Request("HEAD", f"https://huggingface.co/{REPO}/resolve/main/{FILE}")
+    )
     return cls(f"{status} Client Error", response=response)
 
 
@@ -128,12 +128,19 @@ class TestProgressAndCancel:
 
         def fake_download(repo, filename, tqdm_class=None, **kwargs):
             # what xet_get does: one reporter, fed (bytes on disk, bytes off the network) reports
-            with XetDownloadProgressReporter(reconstruction_desc="r", transfer_desc="t", total=100,
-                                             log_level=30, tqdm_class=tqdm_class) as reporter:
+            with XetDownloadProgressReporter(
+                reconstruction_desc="r", transfer_desc="t", total=100, log_level=30, tqdm_class=tqdm_class
+            ) as reporter:
                 for on_disk, on_wire in ((10, 30), (50, 60), (100, 100)):
-                    reporter.update_progress(SimpleNamespace(
-                        total_bytes_completed=on_disk, total_transfer_bytes_completed=on_wire, total_bytes=100,
-                        total_bytes_completion_rate=1e6, total_transfer_bytes_completion_rate=1e6))
+                    reporter.update_progress(
+                        SimpleNamespace(
+                            total_bytes_completed=on_disk,
+                            total_transfer_bytes_completed=on_wire,
+                            total_bytes=100,
+                            total_bytes_completion_rate=1e6,
+                            total_transfer_bytes_completion_rate=1e6,
+                        )
+                    )
             return str(tmp_path / FILE)
 
         monkeypatch.setattr(hub, "hf_hub_download", fake_download)
@@ -166,8 +173,16 @@ class TestErrors:
             (lambda: http_error(RepositoryNotFoundError), hub.HubFileMissing, f"{REPO}: no such repo"),
             (lambda: http_error(RemoteEntryNotFoundError), hub.HubFileMissing, f"{REPO} has no file '{FILE}'"),
             (lambda: LocalEntryNotFoundError("connection lost"), hub.HubUnavailable, f"{FILE} from {REPO}"),
-            (lambda: OSError("Consistency check failed"), hub.HubUnavailable, f"{FILE} from {REPO} failed: Consistency"),
-            (lambda: httpx2.ReadTimeout("read timed out"), hub.HubUnavailable, f"{FILE} from {REPO} failed: read timed out"),
+            (
+                lambda: OSError("Consistency check failed"),
+                hub.HubUnavailable,
+                f"{FILE} from {REPO} failed: Consistency",
+            ),
+            (
+                lambda: httpx2.ReadTimeout("read timed out"),
+                hub.HubUnavailable,
+                f"{FILE} from {REPO} failed: read timed out",
+            ),
         ],
     )
     def test_errors_name_repo_and_file(self, online, monkeypatch, error, kind, text):
@@ -207,8 +222,12 @@ class LocalHub(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             return False
         self.send_response(206 if start else 200)
-        for key, value in (("X-Repo-Commit", "c" * 40), ("ETag", f'"{self.etag}"'),
-                           ("X-Linked-Size", str(len(self.data))), ("Content-Length", str(len(self.data) - start))):
+        for key, value in (
+            ("X-Repo-Commit", "c" * 40),
+            ("ETag", f'"{self.etag}"'),
+            ("X-Linked-Size", str(len(self.data))),
+            ("Content-Length", str(len(self.data) - start)),
+        ):
             self.send_header(key, value)
         self.end_headers()
         return True

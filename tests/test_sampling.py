@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare
 
-from localspec.sampling import (
+from localspec.core.sampling import (
     SamplingParams,
     Verdict,
     apply_repeat_penalty,

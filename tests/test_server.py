@@ -15,13 +15,13 @@ import httpx
 import openai
 import pytest
 import uvicorn
+from tiny_gguf import write_tiny_gguf
 
 from localspec import server
 from localspec.api import Served
 from localspec.cli import main
 from localspec.cli.serve import check_bind
 from localspec.session import LoadOptions, PairSpec, Session
-from tiny_gguf import write_tiny_gguf
 
 N_CTX = 512
 PROMPT = "hello world the model"
@@ -32,8 +32,10 @@ N_TOKENS = 24
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=N_CTX),
-            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=N_CTX))
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=N_CTX),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=N_CTX),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +92,18 @@ def run_cli(*argv) -> dict:
 
 @pytest.fixture(scope="module")
 def reference(pair):
-    common = ["--target", str(pair[0]), "--draft", str(pair[1]), "--ctx", str(N_CTX), "--threads", "1",
-              "--max-tokens", str(N_TOKENS)]
+    common = [
+        "--target",
+        str(pair[0]),
+        "--draft",
+        str(pair[1]),
+        "--ctx",
+        str(N_CTX),
+        "--threads",
+        "1",
+        "--max-tokens",
+        str(N_TOKENS),
+    ]
     return {"chat": run_cli(PROMPT, *common)["text"], "raw": run_cli(PROMPT, *common, "--raw")["text"]}
 
 
@@ -112,6 +124,7 @@ def wait_for(predicate, seconds=5.0):
 def slow(session, monkeypatch):
     """Each engine step takes ``delay`` seconds more, so a reply lasts long enough to queue
     behind or to leave in the middle (the steps themselves are the real ones)."""
+
     def slow_down(delay):
         chat = session.chat
 
@@ -122,6 +135,7 @@ def slow(session, monkeypatch):
                     yield step
 
         monkeypatch.setattr(session, "chat", slow_chat)
+
     return slow_down
 
 
@@ -144,8 +158,13 @@ class TestOpenAIClient:
 
     def test_streamed_greedy_text_equals_localspec_run_and_ends_with_timings(self, url, reference):
         stream = client(url).chat.completions.create(
-            model="tiny", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0, stream=True,
-            stream_options={"include_usage": True})
+            model="tiny",
+            messages=MESSAGES,
+            max_tokens=N_TOKENS,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         chunks = list(stream)
         text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         assert text == reference["chat"]
@@ -156,8 +175,9 @@ class TestOpenAIClient:
 
     @pytest.mark.parametrize("stream", [False, True])
     def test_completions_equal_localspec_run_raw(self, url, reference, stream):
-        r = client(url).completions.create(model="tiny", prompt=PROMPT, max_tokens=N_TOKENS, temperature=0,
-                                           stream=stream)
+        r = client(url).completions.create(
+            model="tiny", prompt=PROMPT, max_tokens=N_TOKENS, temperature=0, stream=stream
+        )
         text = "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
         assert text == reference["raw"]
 
@@ -179,15 +199,19 @@ class TestOpenAIClient:
         if not t["draft_n"]:
             assert t["speed_up"] == 1.0  # nothing drafted: the same computation as the target alone
 
-    @pytest.mark.parametrize("extra, mode", [
-        ({"speculative": {"type": "none"}}, "none"),
-        ({"speculative": {"n_max": 0}}, "none"),  # llama.cpp: a longest draft of 0 drafts nothing
-        ({"speculative.type": "lookup", "speculative.n_max": 2}, "lookup"),  # llama.cpp's dotted keys
-        ({"speculative": {"type": "draft", "n_max": 1, "p_min": 0.0}}, "draft"),
-    ])
+    @pytest.mark.parametrize(
+        "extra, mode",
+        [
+            ({"speculative": {"type": "none"}}, "none"),
+            ({"speculative": {"n_max": 0}}, "none"),  # llama.cpp: a longest draft of 0 drafts nothing
+            ({"speculative.type": "lookup", "speculative.n_max": 2}, "lookup"),  # llama.cpp's dotted keys
+            ({"speculative": {"type": "draft", "n_max": 1, "p_min": 0.0}}, "draft"),
+        ],
+    )
     def test_per_request_drafting_changes_speed_never_text(self, url, reference, extra, mode):
-        r = client(url).chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=N_TOKENS,
-                                                temperature=0, extra_body=extra)
+        r = client(url).chat.completions.create(
+            model="tiny", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0, extra_body=extra
+        )
         assert r.choices[0].message.content == reference["chat"]
         t = r.timings
         assert t["drafting"]["mode"] == mode
@@ -200,16 +224,19 @@ class TestOpenAIClient:
     def test_a_continued_conversation_reuses_the_cached_prefix(self, url):
         c = client(url)
         first = c.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=8, temperature=0)
-        follow = MESSAGES + [{"role": "assistant", "content": first.choices[0].message.content},
-                             {"role": "user", "content": "and the draft"}]
+        follow = MESSAGES + [
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "and the draft"},
+        ]
         second = c.chat.completions.create(model="tiny", messages=follow, max_tokens=8, temperature=0)
         assert second.timings["cache_n"] >= first.usage.prompt_tokens - 1
         assert second.timings["prompt_n"] == second.usage.prompt_tokens - second.timings["cache_n"]
 
     def test_stop_string_ends_the_reply_before_it(self, url, reference):
         stop = reference["chat"][6:8]
-        r = client(url).chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=N_TOKENS,
-                                                temperature=0, stop=[stop])
+        r = client(url).chat.completions.create(
+            model="tiny", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0, stop=[stop]
+        )
         assert r.choices[0].message.content == reference["chat"][: reference["chat"].index(stop)]
         assert r.choices[0].finish_reason == "stop"
 
@@ -237,16 +264,33 @@ BAD = [
     ("no messages", {"messages": []}, 400, "messages", "at least 1"),
     ("too many messages", {"messages": MESSAGES * 1025}, 400, "messages", "at most 1024"),
     ("unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "system"),
-    ("content a number", {"messages": [{"role": "user", "content": 5}]}, 400, "messages.0.content", "a string or a list"),
-    ("image content", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     400, "messages.0.content", "only text"),
+    (
+        "content a number",
+        {"messages": [{"role": "user", "content": 5}]},
+        400,
+        "messages.0.content",
+        "a string or a list",
+    ),
+    (
+        "image content",
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+        400,
+        "messages.0.content",
+        "only text",
+    ),
     ("temperature a string", chat_body(temperature="hot"), 400, "temperature", "must be a number from 0 to 5"),
     ("temperature out of range", chat_body(temperature=9), 400, "temperature", "temperature must be ≤ 5 (got 9)"),
     ("top_p zero", chat_body(top_p=0), 400, "top_p", "top_p must be > 0"),
     ("seed negative", chat_body(seed=-1), 400, "seed", "seed must be ≥ 0"),
     ("max_tokens zero", chat_body(max_tokens=0), 400, "max_tokens", "max_tokens must be ≥ 1"),
     ("max_tokens a string", chat_body(max_tokens="5"), 400, "max_tokens", "must be a whole number"),
-    ("max_completion_tokens a bool", chat_body(max_completion_tokens=True), 400, "max_completion_tokens", "whole number"),
+    (
+        "max_completion_tokens a bool",
+        chat_body(max_completion_tokens=True),
+        400,
+        "max_completion_tokens",
+        "whole number",
+    ),
     ("max_tokens past the context", chat_body(max_tokens=N_CTX + 1), 400, "max_tokens", "context holds 512"),
     ("stream not a bool", chat_body(stream="yes"), 400, "stream", "valid boolean"),
     ("n of 2", chat_body(n=2), 400, "n", "only n=1"),
@@ -255,15 +299,21 @@ BAD = [
     ("unknown drafting type", chat_body(speculative={"type": "magic"}), 400, "speculative.type", "draft"),
     ("n_max past the longest draft", chat_body(**{"speculative.n_max": 33}), 400, "speculative.n_max", "must be ≤ 32"),
     ("p_min above 1", chat_body(speculative={"p_min": 2}), 400, "speculative.p_min", "must be ≤ 1"),
-    ("prompt longer than the context", {"messages": [{"role": "user", "content": TOO_LONG}]}, 400, "messages",
-     "context holds 512"),
+    (
+        "prompt longer than the context",
+        {"messages": [{"role": "user", "content": TOO_LONG}]},
+        400,
+        "messages",
+        "context holds 512",
+    ),
 ]
 
 
 class TestBadInput:
     @pytest.mark.parametrize("case, body, status, param, words", BAD, ids=[b[0] for b in BAD])
-    def test_clear_4xx_in_openai_shape_and_the_server_keeps_serving(self, url, reference, case, body, status,
-                                                                     param, words):
+    def test_clear_4xx_in_openai_shape_and_the_server_keeps_serving(
+        self, url, reference, case, body, status, param, words
+    ):
         r = post(url, body)
         assert r.status_code == status
         error = r.json()["error"]
@@ -273,8 +323,10 @@ class TestBadInput:
         assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == reference["chat"]
 
     def test_prompt_longer_than_the_context_on_completions_and_streaming(self, url):
-        for path, body in (("/v1/completions", {"prompt": TOO_LONG}),
-                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": TOO_LONG}], "stream": True})):
+        for path, body in (
+            ("/v1/completions", {"prompt": TOO_LONG}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": TOO_LONG}], "stream": True}),
+        ):
             r = post(url, body, path)
             assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
 
@@ -335,11 +387,21 @@ class TestSafety:
             other = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
             assert httpx.options(base + "/v1/chat/completions", headers=other).status_code == 400
 
-    @pytest.mark.parametrize("host, key, refused", [
-        ("127.0.0.1", None, False), ("localhost", None, False), ("::1", None, False), ("127.0.0.2", None, False),
-        ("0.0.0.0", None, True), ("192.168.1.5", None, True), ("::", None, True), ("myhost.lan", None, True),
-        ("0.0.0.0", "long-enough-key", False), ("0.0.0.0", "short", True),
-    ])
+    @pytest.mark.parametrize(
+        "host, key, refused",
+        [
+            ("127.0.0.1", None, False),
+            ("localhost", None, False),
+            ("::1", None, False),
+            ("127.0.0.2", None, False),
+            ("0.0.0.0", None, True),
+            ("192.168.1.5", None, True),
+            ("::", None, True),
+            ("myhost.lan", None, True),
+            ("0.0.0.0", "long-enough-key", False),
+            ("0.0.0.0", "short", True),
+        ],
+    )
     def test_non_loopback_host_needs_a_key(self, host, key, refused):
         assert (check_bind(host, key) is not None) == refused
 
@@ -350,9 +412,11 @@ class TestSafety:
 
     def test_only_the_server_module_imports_the_web_stack(self):
         package = Path(server.__file__).parent
-        users = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
-                       if any(f"import {m}" in p.read_text() or f"from {m}" in p.read_text()
-                              for m in ("uvicorn", "starlette")))
+        users = sorted(
+            str(p.relative_to(package))
+            for p in package.rglob("*.py")
+            if any(f"import {m}" in p.read_text() or f"from {m}" in p.read_text() for m in ("uvicorn", "starlette"))
+        )
         assert users == ["server.py"]
 
 
@@ -361,8 +425,9 @@ class TestCli:
         from localspec import downloads
 
         files = {"target": pair[0], "draft": pair[1]}
-        monkeypatch.setattr(downloads, "locate", lambda ref, settings: files["target" if "1.5b" in ref.filename.lower()
-                                                                             else "draft"])
+        monkeypatch.setattr(
+            downloads, "locate", lambda ref, settings: files["target" if "1.5b" in ref.filename.lower() else "draft"]
+        )
         seen = {}
 
         def fake_serve(app, host, port, log_level):  # instead of blocking in uvicorn
@@ -370,8 +435,24 @@ class TestCli:
             seen.update(id=api.served.model_id, mode=api.served.mode, host=host, port=port, queue=api.line.queue)
 
         monkeypatch.setattr(server, "serve", fake_serve)
-        assert main(["serve", "--pair", "qwen2.5-coder-1.5b", "--ctx", "512", "--threads", "1", "--port", "9999",
-                     "--queue", "3"]) == 0
+        assert (
+            main(
+                [
+                    "serve",
+                    "--pair",
+                    "qwen2.5-coder-1.5b",
+                    "--ctx",
+                    "512",
+                    "--threads",
+                    "1",
+                    "--port",
+                    "9999",
+                    "--queue",
+                    "3",
+                ]
+            )
+            == 0
+        )
         assert seen == {"id": "qwen2.5-coder-1.5b", "mode": "draft", "host": "127.0.0.1", "port": 9999, "queue": 3}
 
     def test_pair_not_on_disk_or_unknown(self, monkeypatch):
@@ -398,8 +479,11 @@ class TestQueue:
         slow(0.002)
         results = [None] * 8
         with running(session, queue=8) as base:
+
             def ask(i):
-                results[i] = stream_text(base, dict(model="tiny", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0))
+                results[i] = stream_text(
+                    base, dict(model="tiny", messages=MESSAGES, max_tokens=N_TOKENS, temperature=0)
+                )
 
             threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
             for t in threads:
@@ -471,8 +555,27 @@ class TestServeBench:
         suite.write_text(json.dumps({"prompts": [{"id": "edit", "prompt": "def f(x): return x + 1  # add hints"}]}))
         bench = runpy.run_path(str(Path(__file__).parent.parent / "scripts" / "serve_bench.py"))
         out, table = tmp_path / "out.json", tmp_path / "out.md"
-        assert bench["main"](["--url", url, "--suite", str(suite), "--prompt", "edit", "--rounds", "2",
-                              "--max-tokens", "8", "--json", str(out), "--markdown", str(table)]) == 0
+        assert (
+            bench["main"](
+                [
+                    "--url",
+                    url,
+                    "--suite",
+                    str(suite),
+                    "--prompt",
+                    "edit",
+                    "--rounds",
+                    "2",
+                    "--max-tokens",
+                    "8",
+                    "--json",
+                    str(out),
+                    "--markdown",
+                    str(table),
+                ]
+            )
+            == 0
+        )
         summary = json.loads(out.read_text())["summary"]
         assert set(summary) == {"draft", "lookup", "none"}
         assert all(s["runs"] == 2 and s["identical_to_none"] for s in summary.values())  # greedy: lossless

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 from test_server import N_CTX, health, running
+from tiny_gguf import write_tiny_gguf
 
 from localspec.session import LoadOptions, PairSpec, Session
-from tiny_gguf import write_tiny_gguf
 
 pytestmark = pytest.mark.soak
 
@@ -35,8 +35,13 @@ def rss_bytes() -> int:
 
 
 def body(messages, i, stream=False) -> dict:
-    return {"messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": stream,
-            "speculative": {"type": MODES[i % len(MODES)]}}
+    return {
+        "messages": messages,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "stream": stream,
+        "speculative": {"type": MODES[i % len(MODES)]},
+    }
 
 
 def streamed(c: httpx.Client, url: str, payload: dict) -> str:
@@ -70,7 +75,7 @@ def burst(url: str, n: int = 4) -> None:
         try:
             with httpx.Client(timeout=60) as c:
                 streamed(c, url, body([{"role": "user", "content": f"burst {i}"}], i, stream=True))
-        except Exception as e:  # noqa: BLE001 - collected and asserted below
+        except Exception as e:
             errors.append(e)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -120,9 +125,11 @@ def test_500_requests_memory_flat_and_every_reply_whole(tmp_path):
             h = health(base)
     finally:
         session.close()
-    print(f"\nserver soak: {N_REQUESTS} requests, {h['served']} replies generated, {h['cancelled']} stopped "
-          f"by a client leaving; RSS after {WARMUP} requests {rss_start / 2**20:.1f} MiB, end "
-          f"{rss_end / 2**20:.1f} MiB, growth {(rss_end - rss_start) / 2**20:+.1f} MiB")
+    print(
+        f"\nserver soak: {N_REQUESTS} requests, {h['served']} replies generated, {h['cancelled']} stopped "
+        f"by a client leaving; RSS after {WARMUP} requests {rss_start / 2**20:.1f} MiB, end "
+        f"{rss_end / 2**20:.1f} MiB, growth {(rss_end - rss_start) / 2**20:+.1f} MiB"
+    )
     assert h["running"] == 0 and h["waiting"] == 0
     assert h["cancelled"] >= 1
     assert rss_end - rss_start < MAX_RSS_GROWTH

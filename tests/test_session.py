@@ -1,10 +1,10 @@
 """Session behaviour on tiny real GGUFs: trimming long conversations, cancellation, prefix reuse."""
 
 import pytest
-
-from localspec.sampling import SamplingParams
-from localspec.session import ContextOverflow, LoadOptions, PairSpec, Session
 from tiny_gguf import write_tiny_gguf
+
+from localspec.core.sampling import SamplingParams
+from localspec.session import ContextOverflow, LoadOptions, PairSpec, Session
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -12,8 +12,10 @@ GREEDY = SamplingParams(temperature=0.0)
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("gguf")
-    return (write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-            write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512))
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
 
 
 def load(pair, draft=True, **kw):
@@ -37,8 +39,10 @@ def fresh_reply(pair, msgs, n=12):
 def long_history(turns=12):
     msgs = [{"role": "system", "content": "be brief"}]
     for i in range(turns):
-        msgs += [{"role": "user", "content": f"question {i} " + "the model is fast " * 4},
-                 {"role": "assistant", "content": "the draft is slow " * 4}]
+        msgs += [
+            {"role": "user", "content": f"question {i} " + "the model is fast " * 4},
+            {"role": "assistant", "content": "the draft is slow " * 4},
+        ]
     return msgs + [{"role": "user", "content": "last question"}]
 
 

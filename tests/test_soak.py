@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from localspec.sampling import SamplingParams
-from localspec.session import LoadOptions, PairSpec, Session
 from tiny_gguf import write_tiny_gguf
+
+from localspec.core.sampling import SamplingParams
+from localspec.session import LoadOptions, PairSpec, Session
 
 pytestmark = pytest.mark.soak
 
@@ -63,9 +63,11 @@ def test_200_turns_memory_flat_no_cache_drift(tmp_path):
         rss_end = rss_bytes()
     finally:
         s.close()
-    print(f"\nsoak: {N_TURNS} turns, {trimmed_turns} trimmed, {checks} fresh-evaluation checks passed; "
-          f"RSS start {rss_start / 2**20:.1f} MiB, end {rss_end / 2**20:.1f} MiB, "
-          f"growth {(rss_end - rss_start) / 2**20:+.1f} MiB")
+    print(
+        f"\nsoak: {N_TURNS} turns, {trimmed_turns} trimmed, {checks} fresh-evaluation checks passed; "
+        f"RSS start {rss_start / 2**20:.1f} MiB, end {rss_end / 2**20:.1f} MiB, "
+        f"growth {(rss_end - rss_start) / 2**20:+.1f} MiB"
+    )
     assert trimmed_turns > N_TURNS // 2  # the history really outgrew the context
     assert checks == N_TURNS // CHECK_EVERY
     assert rss_end - rss_start < MAX_RSS_GROWTH

@@ -18,21 +18,25 @@ def _dirs(tmp_path, monkeypatch):
 
 
 class TestRoundTrip:
-    @pytest.mark.parametrize("text", [
-        "안녕하세요, 세계! 한국어 문장입니다.",
-        "emoji 🚀👩‍👩‍👧‍👦🇰🇷 and ZWJ sequences",
-        "code:\n```python\nprint('héllo')\n```\n",
-        "",
-        "x" * 100_000,  # a 100 KB paste
-        "control \x01\x07\x1b[31m chars",
-    ])
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "안녕하세요, 세계! 한국어 문장입니다.",
+            "emoji 🚀👩‍👩‍👧‍👦🇰🇷 and ZWJ sequences",
+            "code:\n```python\nprint('héllo')\n```\n",
+            "",
+            "x" * 100_000,  # a 100 KB paste
+            "control \x01\x07\x1b[31m chars",
+        ],
+    )
     def test_text_survives_reopen(self, tmp_path, text):
         path = tmp_path / "chats.db"
         store = ChatStore(path)
         chat = store.new_chat("한국어 🚀", system_prompt="시스템 🤖", sampling={"temperature": 0.7})
         store.add_message(chat.id, "user", text)
-        store.add_message(chat.id, "assistant", text + "!", status="stopped",
-                          meta={"stats": {"n_tokens": 3}, "draft_spans": [[0, 2]]})
+        store.add_message(
+            chat.id, "assistant", text + "!", status="stopped", meta={"stats": {"n_tokens": 3}, "draft_spans": [[0, 2]]}
+        )
         store.close()
 
         again = ChatStore(path)
@@ -68,8 +72,13 @@ class TestRoundTrip:
         store = ChatStore(tmp_path / "c.db")
         chat = store.new_chat("Demo", system_prompt="Be terse.")
         store.add_message(chat.id, "user", "Write hello 🌍")
-        store.add_message(chat.id, "assistant", "```py\nprint('hi')\n```", status="stopped",
-                          meta={"stats": {"n_tokens": 5, "tokens_per_second": 12.5}})
+        store.add_message(
+            chat.id,
+            "assistant",
+            "```py\nprint('hi')\n```",
+            status="stopped",
+            meta={"stats": {"n_tokens": 5, "tokens_per_second": 12.5}},
+        )
         md = store.export_markdown(chat.id)
         assert md.startswith("# Demo")
         assert "Be terse." in md and "Write hello 🌍" in md
@@ -77,14 +86,30 @@ class TestRoundTrip:
         assert "12.5 tok/s" in md
 
     def test_summary_line(self):
-        line = summary_line({"n_tokens": 42, "tokens_per_second": 31.0, "speedup": 1.62,
-                             "acceptance_rate": 0.78, "tokens_per_pass": 2.4})
+        line = summary_line(
+            {
+                "n_tokens": 42,
+                "tokens_per_second": 31.0,
+                "speedup": 1.62,
+                "acceptance_rate": 0.78,
+                "tokens_per_pass": 2.4,
+            }
+        )
         assert line == "42 tokens · 31.0 tok/s · 1.62× · 78% accepted · 2.40 tok/pass"
 
     def test_summary_line_of_a_reply_that_drafted_nothing(self):
         # 1.13× against the load-time estimate, but nothing was drafted: the same computation
-        line = summary_line({"n_tokens": 403, "n_drafted": 0, "tokens_per_second": 20.9, "speedup": 1.13,
-                             "acceptance_rate": None, "tokens_per_pass": 1.0, "thinking_tokens": 120})
+        line = summary_line(
+            {
+                "n_tokens": 403,
+                "n_drafted": 0,
+                "tokens_per_second": 20.9,
+                "speedup": 1.13,
+                "acceptance_rate": None,
+                "tokens_per_pass": 1.0,
+                "thinking_tokens": 120,
+            }
+        )
         assert line == "403 tokens (120 thinking) · 20.9 tok/s · 1.00× (not drafting) · 1.00 tok/pass"
 
 
@@ -105,8 +130,10 @@ class TestThinking:
         store.add_message(chat.id, "user", "Say hello")
         store.add_message(chat.id, "assistant", "Hello!", thinking="The user wants a greeting.")
         md = store.export_markdown(chat.id)
-        assert ("## Assistant\n\n<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n"
-                "</details>\n\nHello!\n") in md
+        assert (
+            "## Assistant\n\n<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n"
+            "</details>\n\nHello!\n"
+        ) in md
         assert md.count("<details>") == 1  # the user's message has none
 
     def test_a_database_of_the_old_schema_is_migrated_without_loss(self, tmp_path):
@@ -132,14 +159,19 @@ class TestThinking:
         assert (chat.title, chat.system_prompt, chat.mode, chat.max_tokens) == ("옛 대화", "be brief", "draft", 64)
         msgs = store.messages(1)
         assert [(m.role, m.content, m.status, m.meta, m.thinking) for m in msgs] == [
-            ("user", "hi 🚀", "done", {}, ""), ("assistant", "hello", "stopped", {"stats": {"n_tokens": 2}}, "")]
+            ("user", "hi 🚀", "done", {}, ""),
+            ("assistant", "hello", "stopped", {"stats": {"n_tokens": 2}}, ""),
+        ]
         store.add_message(1, "assistant", "answer", thinking="thought")
         store.close()
         again = ChatStore(path)  # opening a migrated file again changes nothing
         assert [m.thinking for m in again.messages(1)] == ["", "", "thought"]
         # an older localspec reads the file as before: its columns are all still there
-        rows = sqlite3.connect(path).execute(
-            "SELECT id, chat_id, role, content, status, meta, created FROM messages ORDER BY id").fetchall()
+        rows = (
+            sqlite3.connect(path)
+            .execute("SELECT id, chat_id, role, content, status, meta, created FROM messages ORDER BY id")
+            .fetchall()
+        )
         assert [r[3] for r in rows] == ["hi 🚀", "hello", "answer"]
 
 

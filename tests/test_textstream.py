@@ -1,8 +1,9 @@
 """UTF-8 streaming and stop strings (fuzzed with hypothesis: any split reassembles)."""
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from localspec.textstream import TextStream
+from localspec.core.textstream import TextStream
 
 TEXT = "안녕하세요 😀 hello 세계"
 

@@ -32,14 +32,34 @@ class TestSplit:
     @pytest.mark.parametrize("size", [1, 2, 3, 5, 7, 8, 9, 13])
     def test_any_piece_size_gives_the_same_split(self, size):
         # every tag is split at every position for some size (1: one character at a time)
-        pieces = [QWEN3[i:i + size] for i in range(0, len(QWEN3), size)]
+        pieces = [QWEN3[i : i + size] for i in range(0, len(QWEN3), size)]
         thinking, answer, _ = feed_all(pieces)
         assert (thinking, answer) == (THINKING, ANSWER)
 
     def test_tokens_as_qwen3_writes_them(self):
         # Qwen3's tokens: <think> and </think> are whole tokens, "\n\n" after the close
-        pieces = ["<think>", "\n", "The", " user", " wants", " a", " greeting", ".\n", "Keep", " it",
-                  " short", ".\n", "</think>", "\n\n", "Hello", "!", " How", " are", " you", "?"]
+        pieces = [
+            "<think>",
+            "\n",
+            "The",
+            " user",
+            " wants",
+            " a",
+            " greeting",
+            ".\n",
+            "Keep",
+            " it",
+            " short",
+            ".\n",
+            "</think>",
+            "\n\n",
+            "Hello",
+            "!",
+            " How",
+            " are",
+            " you",
+            "?",
+        ]
         thinking, answer, deltas = feed_all(pieces)
         assert (thinking, answer) == (THINKING, ANSWER)
         assert deltas[0] == ("", "")  # the tag itself is nobody's text

@@ -8,21 +8,42 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from fake_session import (
-    HELLO, HELLO_TEXT, NOT_DRAFTING, OFF_CPU, OFF_TRY, ON_K4, QWEN3, QWEN3_ANSWER, QWEN3_THINKING, FakeSession,
+    HELLO,
+    HELLO_TEXT,
+    NOT_DRAFTING,
+    OFF_CPU,
+    OFF_TRY,
+    ON_K4,
+    QWEN3,
+    QWEN3_ANSWER,
+    QWEN3_THINKING,
+    FakeSession,
     factory_for,
 )
+
 from localspec.offload import CPU_BUILD, GiB, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 from localspec.settings import Settings, load_settings, save_settings, settings_path
 from localspec.store import ChatStore
 from localspec.tui.app import LocalspecApp, split_draft_chars
 from localspec.tui.screens import (
-    DownloadScreen, ErrorDialog, PairScreen, RaceScreen, compatible_drafts, draft_options,
+    DownloadScreen,
+    ErrorDialog,
+    PairScreen,
+    RaceScreen,
+    compatible_drafts,
+    draft_options,
 )
 from localspec.tui.widgets import (
-    visible, DRAFT_STYLE, InspectedStep, ReplyView, StatsPanel, StepInspector, code_blocks, draft_marks,
+    DRAFT_STYLE,
+    InspectedStep,
+    ReplyView,
+    StatsPanel,
+    StepInspector,
+    code_blocks,
+    draft_marks,
+    visible,
 )
 
 SIZE = (110, 40)
@@ -35,6 +56,7 @@ def _dirs(tmp_path, monkeypatch):
 
 
 # --- a tiny fake catalog (the real one is localspec.catalog) --------------------------------
+
 
 @dataclass(frozen=True)
 class Ref:
@@ -69,10 +91,20 @@ class FakeCatalog:
 
 
 def make_catalog() -> FakeCatalog:
-    qwen = FakePair("qwen", "Qwen2.5 1.5B + 0.5B", "qwen2.5", Ref("q/t", "qwen-1.5b.gguf"),
-                    [Ref("q/d", "qwen-0.5b.gguf"), Ref("l/d", "llama-1b.gguf", family="llama3")])
-    llama = FakePair("llama", "Llama 3 8B + 1B", "llama3", Ref("l/t", "llama-8b.gguf", family="llama3"),
-                     [Ref("l/d", "llama-1b.gguf", family="llama3")])
+    qwen = FakePair(
+        "qwen",
+        "Qwen2.5 1.5B + 0.5B",
+        "qwen2.5",
+        Ref("q/t", "qwen-1.5b.gguf"),
+        [Ref("q/d", "qwen-0.5b.gguf"), Ref("l/d", "llama-1b.gguf", family="llama3")],
+    )
+    llama = FakePair(
+        "llama",
+        "Llama 3 8B + 1B",
+        "llama3",
+        Ref("l/t", "llama-8b.gguf", family="llama3"),
+        [Ref("l/d", "llama-1b.gguf", family="llama3")],
+    )
     return FakeCatalog([qwen, llama], "qwen")
 
 
@@ -97,23 +129,43 @@ class Files:
         for done in range(0, total + 1, total // 4):
             if cancel is not None and cancel.is_set():
                 raise RuntimeError("cancelled")
-            progress(SimpleNamespace(filename=ref.filename, done_bytes=done, total_bytes=total,
-                                     bytes_per_second=2_000_000.0, eta_seconds=(total - done) / 2e6,
-                                     source="hub"))
+            progress(
+                SimpleNamespace(
+                    filename=ref.filename,
+                    done_bytes=done,
+                    total_bytes=total,
+                    bytes_per_second=2_000_000.0,
+                    eta_seconds=(total - done) / 2e6,
+                    source="hub",
+                )
+            )
             self.release.wait(5)
         self.present.add(ref.filename)
         self.pulled.append(ref.filename)
         return self.dir / ref.filename
 
 
-def make_app(session: FakeSession | None = None, *, spec="default", settings=None, catalog=None,
-             files: Files | None = None, store=None, warning=None) -> LocalspecApp:
+def make_app(
+    session: FakeSession | None = None,
+    *,
+    spec="default",
+    settings=None,
+    catalog=None,
+    files: Files | None = None,
+    store=None,
+    warning=None,
+) -> LocalspecApp:
     session = session or FakeSession(list(HELLO))
     spec = PairSpec(Path("t.gguf"), Path("d.gguf")) if spec == "default" else spec
     return LocalspecApp(
-        settings or Settings(), settings_warning=warning, session_factory=factory_for(session),
-        catalog=catalog, store=store, spec=spec,
-        locate=files.locate if files else None, pull=files.pull if files else None,
+        settings or Settings(),
+        settings_warning=warning,
+        session_factory=factory_for(session),
+        catalog=catalog,
+        store=store,
+        spec=spec,
+        locate=files.locate if files else None,
+        pull=files.pull if files else None,
     )
 
 
@@ -129,8 +181,14 @@ async def wait_for(pilot, predicate, timeout: float = 5.0):
 
 async def ready(app, pilot):
     await wait_for(pilot, lambda: app.session is not None)
-    await wait_for(pilot, lambda: not isinstance(app.screen, type(None)) and app.screen.id != "loading"
-                   and type(app.screen).__name__ == "ChatScreen")
+    await wait_for(
+        pilot,
+        lambda: (
+            not isinstance(app.screen, type(None))
+            and app.screen.id != "loading"
+            and type(app.screen).__name__ == "ChatScreen"
+        ),
+    )
 
 
 async def send(app, pilot, text: str):
@@ -157,6 +215,7 @@ async def open_settings(app, pilot):
     await pilot.pause()
     assert isinstance(app.screen, SettingsScreen)
     return app.screen
+
 
 class TestChat:
     async def test_message_streams_and_is_stored(self):
@@ -250,9 +309,11 @@ class TestChat:
         def chat(*args, **kwargs):
             calls["n"] += 1
             if calls["n"] == 1:
+
                 def failing():
                     raise ContextOverflow("the conversation is 5000 tokens [ctx 4096]")
                     yield
+
                 return failing()
             return real_chat(*args, **kwargs)
 
@@ -280,6 +341,7 @@ class TestChat:
 
 # --- what speculation shows ------------------------------------------------------------------
 
+
 class TestSpeculationView:
     async def test_draft_colouring_follows_steps(self):
         app = make_app(settings=Settings(show_draft_tokens=True))
@@ -292,7 +354,7 @@ class TestSpeculationView:
             drafted = [reply.text[a:b] for a, b in reply.draft_spans]
             assert drafted == ["Hello", "! How", " you"]
             text = reply.token_text()
-            painted = "".join(text.plain[s.start:s.end] for s in text.spans if s.style == DRAFT_STYLE)
+            painted = "".join(text.plain[s.start : s.end] for s in text.spans if s.style == DRAFT_STYLE)
             assert painted == "Hello! How you"
             assert reply.has_class("-tokens")
             await pilot.pause()
@@ -302,8 +364,10 @@ class TestSpeculationView:
             assert not reply.has_class("-tokens")
             assert reply.query_one(".reply-md").display and not reply.query_one(".reply-tokens").display
             # spans are stored: a restart paints the same characters
-            assert app.history[-1].meta["draft_spans"] == [list(s) for s in reply.draft_spans] or \
-                app.history[-1].meta["draft_spans"] == reply.draft_spans
+            assert (
+                app.history[-1].meta["draft_spans"] == [list(s) for s in reply.draft_spans]
+                or app.history[-1].meta["draft_spans"] == reply.draft_spans
+            )
 
     async def test_stats_panel_follows_steps(self):
         session = FakeSession(list(HELLO), step_seconds=0.01, baseline_tokens_per_second=50.0)
@@ -330,12 +394,17 @@ class TestSpeculationView:
             summary = str(app.query(ReplyView).last().query_one(".reply-summary").render())
             assert "8 tokens" in summary and "200.0 tok/s" in summary and "4.00×" in summary
 
-    @pytest.mark.parametrize("plan, shown", [
-        # 25 draft layers of 25 and 20 target layers of 29 on the GPU
-        (OffloadPlan(20, 29, 25, 25, "NVIDIA GeForce RTX 4060", 8 * GiB, has_draft=True),
-         "GPU  draft 25/25 · target 20/29"),
-        (cpu_plan(None, None, CPU_BUILD, has_draft=True), "CPU only"),
-    ])
+    @pytest.mark.parametrize(
+        "plan, shown",
+        [
+            # 25 draft layers of 25 and 20 target layers of 29 on the GPU
+            (
+                OffloadPlan(20, 29, 25, 25, "NVIDIA GeForce RTX 4060", 8 * GiB, has_draft=True),
+                "GPU  draft 25/25 · target 20/29",
+            ),
+            (cpu_plan(None, None, CPU_BUILD, has_draft=True), "CPU only"),
+        ],
+    )
     @pytest.mark.parametrize("size", [SIZE, (80, 30)])  # the wide and the narrow side panel
     async def test_stats_panel_shows_the_gpu_split(self, plan, shown, size):
         session = FakeSession(list(HELLO), offload=plan)
@@ -439,11 +508,14 @@ class TestEntryPoint:
 
 
 class TestHelpers:
-    @pytest.mark.parametrize("pieces, text, n_draft, expected", [
-        (["Hel", "lo"], "Hello", 1, 3),  # exact pieces
-        (["\ufffd", "\ufffd", "!"], "한!", 2, 1),  # a Korean character split over 2 tokens
-        (["a", "b"], "ab", 0, 0),
-    ])
+    @pytest.mark.parametrize(
+        "pieces, text, n_draft, expected",
+        [
+            (["Hel", "lo"], "Hello", 1, 3),  # exact pieces
+            (["\ufffd", "\ufffd", "!"], "한!", 2, 1),  # a Korean character split over 2 tokens
+            (["a", "b"], "ab", 0, 0),
+        ],
+    )
     def test_split_draft_chars(self, pieces, text, n_draft, expected):
         assert split_draft_chars(pieces, text, n_draft) == expected
 
@@ -475,6 +547,7 @@ class TestHelpers:
 
 # --- pairs, first run, downloads --------------------------------------------------------------
 
+
 class TestPairs:
     def test_menu_offers_only_compatible_drafts(self):
         qwen = make_catalog().get("qwen")
@@ -485,22 +558,27 @@ class TestPairs:
         files = Files(tmp_path)
         session = FakeSession(list(HELLO))
         factory = factory_for(session)
-        app = LocalspecApp(Settings(), session_factory=factory, catalog=make_catalog(),
-                           locate=files.locate, pull=files.pull)
+        app = LocalspecApp(
+            Settings(), session_factory=factory, catalog=make_catalog(), locate=files.locate, pull=files.pull
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             menu = app.screen
             assert menu.pair.id == "qwen"  # the default is preselected
             select = menu.query_one("#draft-select")
             assert [str(o[0]) for o in select._options if o[1] != select.BLANK] == [
-                "qwen-0.5b.gguf  (976.6 KB)", "prompt lookup (no draft model)", "none (target alone)"]
+                "qwen-0.5b.gguf  (976.6 KB)",
+                "prompt lookup (no draft model)",
+                "none (target alone)",
+            ]
             assert "download needed" in str(menu.query_one("#pair-list").get_option_at_index(0).prompt)
             menu.query_one("#max-k").value = "6"
             menu.query_one("#p-min").value = "0.6"
             files.release.clear()  # hold the download mid-way to look at it
             await pilot.click("#open")
-            await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen)
-                           and app.screen.last_progress is not None)
+            await wait_for(
+                pilot, lambda: isinstance(app.screen, DownloadScreen) and app.screen.last_progress is not None
+            )
             rate = str(app.screen.query_one("#rate-0").render())
             assert "MB/s" in rate and "ETA" in rate and "/ 976.6 KB" in rate
             await pilot.press("ctrl+l")  # the UI stays responsive while downloading
@@ -526,16 +604,26 @@ class TestPairs:
         machine = profiles.machine_id("v|s")
         store = profiles.ProfileStore(data_dir() / profiles.PROFILES_FILE)
         # the F16-like target alone at 6.25 tok/s; 100 tokens in 6 s with the draft in use
-        store.update(profiles.model_key(target, machine, None, 0), target, verify={1: 0.16, 2: 0.165, 4: 0.19},
-                     use={str(draft.resolve()): profiles.Use(100, 6.0, 90, 80)})
+        store.update(
+            profiles.model_key(target, machine, None, 0),
+            target,
+            verify={1: 0.16, 2: 0.165, 4: 0.19},
+            use={str(draft.resolve()): profiles.Use(100, 6.0, 90, 80)},
+        )
         store.update(profiles.model_key(draft, machine, None, 0), draft, draft_pass=0.033)
-        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
-                           catalog=make_catalog(), locate=files.locate, pull=files.pull)
+        app = LocalspecApp(
+            Settings(),
+            session_factory=factory_for(FakeSession(list(HELLO))),
+            catalog=make_catalog(),
+            locate=files.locate,
+            pull=files.pull,
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             shown = str(app.screen.query_one("#pair-list").get_option_at_index(0).prompt)
-            assert ("expected here: draft 2.67× · 16.7 tok/s · lookup not measured yet · none 6.2 tok/s "
-                    "(measured ") in shown
+            assert (
+                "expected here: draft 2.67× · 16.7 tok/s · lookup not measured yet · none 6.2 tok/s (measured "
+            ) in shown
             # a pair never loaded here says nothing rather than guess
             assert "expected here" not in str(app.screen.query_one("#pair-list").get_option_at_index(1).prompt)
 
@@ -545,8 +633,9 @@ class TestPairs:
         settings, _ = load_settings()
         session = FakeSession(list(HELLO))
         factory = factory_for(session)
-        app = LocalspecApp(settings, session_factory=factory, catalog=make_catalog(),
-                           locate=files.locate, pull=files.pull)
+        app = LocalspecApp(
+            settings, session_factory=factory, catalog=make_catalog(), locate=files.locate, pull=files.pull
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.session is not None)
             spec, _ = factory.loaded[0]
@@ -555,8 +644,13 @@ class TestPairs:
     async def test_cancel_download_keeps_app_running(self, tmp_path):
         files = Files(tmp_path)
         files.release.clear()
-        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
-                           catalog=make_catalog(), locate=files.locate, pull=files.pull)
+        app = LocalspecApp(
+            Settings(),
+            session_factory=factory_for(FakeSession(list(HELLO))),
+            catalog=make_catalog(),
+            locate=files.locate,
+            pull=files.pull,
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             await pilot.click("#open")
@@ -604,8 +698,13 @@ class TestRealCatalogAndBackend:
         catalog, warnings = load_catalog(Settings())
         assert warnings == []
         files = Files(tmp_path)
-        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
-                           catalog=catalog, locate=files.locate, pull=files.pull)
+        app = LocalspecApp(
+            Settings(),
+            session_factory=factory_for(FakeSession(list(HELLO))),
+            catalog=catalog,
+            locate=files.locate,
+            pull=files.pull,
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             menu = app.screen
@@ -621,8 +720,7 @@ class TestRealCatalogAndBackend:
 
         target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_ctx=512)
         draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
-        app = LocalspecApp(Settings(n_ctx=512, max_tokens=24, threads=1),
-                           spec=PairSpec(Path(target), Path(draft)))
+        app = LocalspecApp(Settings(n_ctx=512, max_tokens=24, threads=1), spec=PairSpec(Path(target), Path(draft)))
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.session is not None, timeout=60)
             await send(app, pilot, "hello world")
@@ -638,25 +736,25 @@ class TestRealCatalogAndBackend:
             assert values["drafting"].startswith(("on: ", "off: "))  # the real controller's account
             assert stats["drafting"]["line"] == values["drafting"]
 
-
     async def test_smallest_context_chats_on_tiny_real_models(self, tmp_path):
         """Issue 12: at the smallest allowed context the app chats turn after turn (oldest turns
         dropped), and a message the context cannot hold is an error for that reply only."""
         pytest.importorskip("llama_cpp")
-        from localspec import options
         from tiny_gguf import write_tiny_gguf
+
+        from localspec.core import options
 
         target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_ctx=512)
         draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
-        app = LocalspecApp(Settings(n_ctx=options.MIN_CTX, max_tokens=24, threads=1),
-                           spec=PairSpec(Path(target), Path(draft)))
+        app = LocalspecApp(
+            Settings(n_ctx=options.MIN_CTX, max_tokens=24, threads=1), spec=PairSpec(Path(target), Path(draft))
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.session is not None, timeout=60)
             assert app.session.target.n_ctx == options.MIN_CTX
             for turn in range(4):  # ~50 tokens a message on the tiny vocabulary: turns get dropped
                 await send(app, pilot, f"hello world {turn}")
-                await wait_for(pilot, lambda: len(app.history) == 2 * turn + 2 and app.generating is None,
-                               timeout=60)
+                await wait_for(pilot, lambda: len(app.history) == 2 * turn + 2 and app.generating is None, timeout=60)
                 assert app.history[-1].status == "done"
             await send(app, pilot, "the model is fast " * 40)  # ~770 tokens: more than the context
             await wait_for(pilot, lambda: app.generating is None and len(app.history) == 9, timeout=60)
@@ -668,6 +766,7 @@ class TestRealCatalogAndBackend:
 
 
 # --- persistence, settings, export ------------------------------------------------------------
+
 
 class TestPersistence:
     async def test_quit_start_chat_restored(self):
@@ -734,7 +833,9 @@ class TestPersistence:
             assert app.chat.id != first and app.history == [] and not app.query(ReplyView)
             kept = app.store.messages(first)
             assert [(m.role, m.content, m.status) for m in kept] == [
-                ("user", "hi", "done"), ("assistant", "Hello,", "stopped")]
+                ("user", "hi", "done"),
+                ("assistant", "Hello,", "stopped"),
+            ]
 
     async def test_settings_screen_validates_and_saves(self):
         app = make_app()
@@ -753,8 +854,8 @@ class TestPersistence:
         assert warning is None and (saved.n_ctx, saved.draft.max_k) == (8192, 8)
 
     async def test_settings_fields_refuse_out_of_range_values_beside_the_field(self, monkeypatch):
-        """Issue 12: each option field is checked as it is typed, in localspec.options' words."""
-        from localspec import options
+        """Issue 12: each option field is checked as it is typed, in localspec.core.options' words."""
+        from localspec.core import options
         from localspec.tui.screens import SettingsScreen
 
         monkeypatch.setattr(options, "usable_cpus", lambda: 2)
@@ -797,8 +898,11 @@ class TestPersistence:
             screen.query_one("#s-max_tokens").value = "0"
             await pilot.pause()
             said = {f: str(screen.query_one(f"#e-s-{f}").render()) for f in ("top_p", "seed", "max_tokens")}
-            assert said == {"top_p": "top_p must be > 0 (got 0); 1 turns it off",
-                            "seed": "seed must be ≥ 0 (got -3)", "max_tokens": "max_tokens must be ≥ 1 (got 0)"}
+            assert said == {
+                "top_p": "top_p must be > 0 (got 0); 1 turns it off",
+                "seed": "seed must be ≥ 0 (got -3)",
+                "max_tokens": "max_tokens must be ≥ 1 (got 0)",
+            }
             screen.action_save()
             await pilot.pause()
             assert app.screen is screen
@@ -890,6 +994,7 @@ class TestPersistence:
 
 # --- screenshots (SVG from Textual's own screenshot feature) -----------------------------------
 
+
 class TestScreenshots:
     """Each main screen rendered to SVG; the test checks the labels and values a user must see."""
 
@@ -903,8 +1008,18 @@ class TestScreenshots:
             app._refresh_panels(force=True)
             await pilot.pause()
             svg = app.export_screenshot()
-        for needle in ("Statistics", "tokens/s", "speed-up", "acceptance", "tokens/pass",
-                       "Step inspector", "Hello", "Say", "Regenerate", "Race"):
+        for needle in (
+            "Statistics",
+            "tokens/s",
+            "speed-up",
+            "acceptance",
+            "tokens/pass",
+            "Step inspector",
+            "Hello",
+            "Say",
+            "Regenerate",
+            "Race",
+        ):
             assert needle in svg.replace("&#160;", " "), needle
 
     async def test_race_and_light_theme_svg(self):
@@ -917,8 +1032,12 @@ class TestScreenshots:
             await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
             await pilot.pause()
             svg = app.export_screenshot().replace("&#160;", " ")
-            for needle in ("speculative (draft): 200.0 tok/s", "target alone: 50.0 tok/s",
-                           "measured speed-up 4.00×", "identical replies"):
+            for needle in (
+                "speculative (draft): 200.0 tok/s",
+                "target alone: 50.0 tok/s",
+                "measured speed-up 4.00×",
+                "identical replies",
+            ):
                 assert needle in svg, needle
             await pilot.press("escape")
             await pilot.press("ctrl+t")
@@ -929,14 +1048,25 @@ class TestScreenshots:
 
     async def test_pair_menu_and_help_svg(self, tmp_path):
         files = Files(tmp_path, present={"qwen-1.5b.gguf", "qwen-0.5b.gguf"})
-        app = LocalspecApp(Settings(), session_factory=factory_for(FakeSession(list(HELLO))),
-                           catalog=make_catalog(), locate=files.locate, pull=files.pull)
+        app = LocalspecApp(
+            Settings(),
+            session_factory=factory_for(FakeSession(list(HELLO))),
+            catalog=make_catalog(),
+            locate=files.locate,
+            pull=files.pull,
+        )
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             await pilot.pause()
             svg = app.export_screenshot().replace("&#160;", " ")
-            for needle in ("Choose a model pair", "Qwen2.5 1.5B + 0.5B", "files present", "download needed",
-                           "memory", "p_min"):
+            for needle in (
+                "Choose a model pair",
+                "Qwen2.5 1.5B + 0.5B",
+                "files present",
+                "download needed",
+                "memory",
+                "p_min",
+            ):
                 assert needle in svg, needle
             await pilot.press("escape")
             await pilot.press("f1")
@@ -947,6 +1077,7 @@ class TestScreenshots:
 
 
 # --- honest numbers: the drafting line, "not drafting", the race's noise (issue 14) ------------
+
 
 def rendered(widget) -> str:
     return str(widget.render())
@@ -980,8 +1111,9 @@ class TestHonestNumbers:
     @pytest.mark.parametrize("size", [SIZE, (80, 30)])  # the wide and the narrow side panel
     async def test_cpu_reply_that_drafts_nothing_claims_no_speed_up(self, size):
         # 8 target-alone steps of 0.01 s: 100 tok/s against a 50 tok/s estimate would read "2.00× est."
-        session = FakeSession(list(NOT_DRAFTING), step_seconds=0.01, baseline_tokens_per_second=50.0,
-                              drafting=[OFF_CPU])
+        session = FakeSession(
+            list(NOT_DRAFTING), step_seconds=0.01, baseline_tokens_per_second=50.0, drafting=[OFF_CPU]
+        )
         app = make_app(session)
         async with app.run_test(size=size) as pilot:
             await ready(app, pilot)
@@ -994,9 +1126,11 @@ class TestHonestNumbers:
             assert values["speed-up"] == "1.00× (not drafting)"
             assert values["total speed-up"] == "1.00× (not drafting)"
             assert values["acceptance"] == "–" and values["k now (mean)"] == "0 (0.0)"
-            assert values["drafting"] == ("off: a draft token costs 0.62 of a target pass and checking 2 tokens "
-                                          "costs 1.90 passes; drafting would run at about 0.80× even at 95% "
-                                          "acceptance; not tried again on this hardware")
+            assert values["drafting"] == (
+                "off: a draft token costs 0.62 of a target pass and checking 2 tokens "
+                "costs 1.90 passes; drafting would run at about 0.80× even at 95% "
+                "acceptance; not tried again on this hardware"
+            )
             summary = rendered(app.query(ReplyView).last().query_one(".reply-summary"))
             assert "1.00× (not drafting)" in summary and "2.00×" not in summary
             assert app.history[-1].meta["stats"]["speedup"] == 1.0
@@ -1016,8 +1150,9 @@ class TestHonestNumbers:
     async def test_race_when_neither_side_drafted_reports_the_noise(self):
         # the chat's reply: 8 steps of 0.0100 s = 100.0 tok/s; the target alone, twice:
         # 0.0104 s and 0.0102 s a step = 96.2 and 98.0 tok/s; largest / smallest = 1.04
-        session = FakeSession(list(NOT_DRAFTING), step_seconds=0.0100, none_step_seconds=[0.0104, 0.0102],
-                              drafting=[OFF_CPU])
+        session = FakeSession(
+            list(NOT_DRAFTING), step_seconds=0.0100, none_step_seconds=[0.0104, 0.0102], drafting=[OFF_CPU]
+        )
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
@@ -1028,9 +1163,11 @@ class TestHonestNumbers:
             race = app.screen
             assert [c["mode"] for c in session.calls] == ["draft", "none", "none"]
             verdict = rendered(race.query_one("#race-verdict"))
-            assert verdict == ("neither side drafted: the three runs differ by 4% (noise, not a speed-up): "
-                               "100.0 tok/s in the chat, 96.2 and 98.0 tok/s for the target alone · "
-                               "identical replies · Esc closes")
+            assert verdict == (
+                "neither side drafted: the three runs differ by 4% (noise, not a speed-up): "
+                "100.0 tok/s in the chat, 96.2 and 98.0 tok/s for the target alone · "
+                "identical replies · Esc closes"
+            )
             assert "speed-up 1.0" not in verdict
             assert rendered(race.query_one("#race-right-speed")) == "target alone: 97.1 tok/s (runs: 96.2, 98.0)"
             assert race.target_text == HELLO_TEXT  # streamed once, not twice
@@ -1050,8 +1187,10 @@ class TestHonestNumbers:
             await pilot.press("f5")
             await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
             verdict = rendered(app.screen.query_one("#race-verdict"))
-            assert verdict == ("measured speed-up 4.44×  (200.0 vs 45.0 tok/s; the target alone ran twice, "
-                               "50.0 and 40.0 tok/s: 4.00–5.00×) · identical replies · Esc closes")
+            assert verdict == (
+                "measured speed-up 4.44×  (200.0 vs 45.0 tok/s; the target alone ran twice, "
+                "50.0 and 40.0 tok/s: 4.00–5.00×) · identical replies · Esc closes"
+            )
             assert app.measured_baseline_tps == pytest.approx(45.0)
 
     async def test_closing_the_race_between_runs_keeps_the_first(self):
@@ -1072,13 +1211,16 @@ class TestHonestNumbers:
 
 
 class TestHelpersForHonesty:
-    @pytest.mark.parametrize("text, n_draft, answer, expected", [
-        ("Hello", 3, "Hello", 3),  # mid-answer: the same
-        ("</think>\n\nHi there", 12, "Hi there", 2),  # 10 characters of tag and blank came first
-        ("</think>\n\nHi", 5, "Hi", 0),  # the draft's share was all tag
-        ("ink>Hi", 6, "<thHi", 0),  # released from an earlier step: unknown, drawn as the target's
-        ("x", 1, "", 0),
-    ])
+    @pytest.mark.parametrize(
+        "text, n_draft, answer, expected",
+        [
+            ("Hello", 3, "Hello", 3),  # mid-answer: the same
+            ("</think>\n\nHi there", 12, "Hi there", 2),  # 10 characters of tag and blank came first
+            ("</think>\n\nHi", 5, "Hi", 0),  # the draft's share was all tag
+            ("ink>Hi", 6, "<thHi", 0),  # released from an earlier step: unknown, drawn as the target's
+            ("x", 1, "", 0),
+        ],
+    )
     def test_answer_draft_chars(self, text, n_draft, answer, expected):
         from localspec.tui.app import answer_draft_chars
 
@@ -1086,6 +1228,7 @@ class TestHelpersForHonesty:
 
 
 # --- reasoning models: Qwen3's <think> block (issue 14) ---------------------------------------
+
 
 class TestThinking:
     async def test_thinking_streams_into_a_closed_block_and_the_answer_below(self):
@@ -1125,8 +1268,10 @@ class TestThinking:
             await send(app, pilot, "And again")
             await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
             assert session.calls[-1]["messages"] == [
-                {"role": "user", "content": "Say hello"}, {"role": "assistant", "content": QWEN3_ANSWER},
-                {"role": "user", "content": "And again"}]
+                {"role": "user", "content": "Say hello"},
+                {"role": "assistant", "content": QWEN3_ANSWER},
+                {"role": "user", "content": "And again"},
+            ]
             export = app.action_export().read_text()
             assert "<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n</details>" in export
             # the race compares answers: the target alone thinks the same and answers the same

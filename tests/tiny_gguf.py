@@ -15,10 +15,48 @@ import numpy as np
 from localspec.random_gguf import CHATML  # the one ChatML template the fixtures write
 
 PIECES = [
-    "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁def", "▁return", "▁print",
-    "▁for", "▁if", "▁else", "▁x", "▁y", "(", ")", ":", "▁=", "▁+", "▁1", "▁2", "▁0",
-    "▁hello", "▁world", "▁code", "▁fast", "▁slow", "▁model", "▁token", "▁draft", "▁target",
-    "▁안녕", "▁세계", "▁😀", "ing", "ed", "er", "s", ".", ",", "▁",
+    "▁the",
+    "▁a",
+    "▁of",
+    "▁and",
+    "▁to",
+    "▁in",
+    "▁is",
+    "▁def",
+    "▁return",
+    "▁print",
+    "▁for",
+    "▁if",
+    "▁else",
+    "▁x",
+    "▁y",
+    "(",
+    ")",
+    ":",
+    "▁=",
+    "▁+",
+    "▁1",
+    "▁2",
+    "▁0",
+    "▁hello",
+    "▁world",
+    "▁code",
+    "▁fast",
+    "▁slow",
+    "▁model",
+    "▁token",
+    "▁draft",
+    "▁target",
+    "▁안녕",
+    "▁세계",
+    "▁😀",
+    "ing",
+    "ed",
+    "er",
+    "s",
+    ".",
+    ",",
+    "▁",
 ]
 
 
@@ -126,8 +164,13 @@ def write_no_vocab_gguf(path: Path | str) -> Path:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_tokenizer_model("no_vocab")
     w.add_vocab_size(16)
-    for name, shape in (("token_embd.weight", (16, 8)), ("output_norm.weight", (8,)), ("output.weight", (16, 8)),
-                        ("blk.0.attn_norm.weight", (8,)), ("blk.0.ffn_norm.weight", (8,))):
+    for name, shape in (
+        ("token_embd.weight", (16, 8)),
+        ("output_norm.weight", (8,)),
+        ("output.weight", (16, 8)),
+        ("blk.0.attn_norm.weight", (8,)),
+        ("blk.0.ffn_norm.weight", (8,)),
+    ):
         w.add_tensor(name, np.ones(shape, dtype=np.float32))
     for t in ("attn_q", "attn_k", "attn_v", "attn_output"):
         w.add_tensor(f"blk.0.{t}.weight", np.ones((8, 8), dtype=np.float32))

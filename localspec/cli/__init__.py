@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, doctor, models, run, serve  # noqa: E402
+from . import bench, doctor, models, run, serve
 
 COMMANDS = (run, models, bench, doctor, serve)
 

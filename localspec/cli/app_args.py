@@ -49,8 +49,9 @@ def native_stderr_to(path: Path):
     term_fd = os.dup(2)
     log_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     saved = sys.__stderr__, sys.stderr
-    term = os.fdopen(term_fd, "w", buffering=1, encoding=getattr(sys.__stderr__, "encoding", None) or "utf-8",
-                     errors="replace")
+    term = os.fdopen(
+        term_fd, "w", buffering=1, encoding=getattr(sys.__stderr__, "encoding", None) or "utf-8", errors="replace"
+    )
     os.dup2(log_fd, 2)
     sys.__stderr__ = sys.stderr = term
     try:

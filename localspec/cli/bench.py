@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from .. import options
+from ..core import options
 from ..session import ContextOverflow
 from .progress import StepProgress
 from .run import add_model_options, load_session
@@ -22,15 +22,26 @@ def register(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=None, help="override the suite's reply length")
     p.add_argument("--prompts", default=None, help="comma-separated prompt ids to run")
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
-    p.add_argument("--compare-rules", action="store_true",
-                   help="at temperature > 0 also run token matching ('draft:match') beside speculative sampling")
-    p.add_argument("--oracle", action="append", default=[], metavar="PCT[/K]",
-                   help="also run an oracle drafter that replays the target-only reply with PCT %% "
-                        "of its tokens right, at zero draft cost (to measure a machine, e.g. a GPU); "
-                        "PCT/K drafts K tokens every step")
-    p.add_argument("--sweep", action="store_true",
-                   help="also run fixed draft configurations (k in 2,3,4,6,8 x p_min in 0,0.75) beside "
-                        "auto mode and report auto / best fixed per prompt (needs --draft)")
+    p.add_argument(
+        "--compare-rules",
+        action="store_true",
+        help="at temperature > 0 also run token matching ('draft:match') beside speculative sampling",
+    )
+    p.add_argument(
+        "--oracle",
+        action="append",
+        default=[],
+        metavar="PCT[/K]",
+        help="also run an oracle drafter that replays the target-only reply with PCT %% "
+        "of its tokens right, at zero draft cost (to measure a machine, e.g. a GPU); "
+        "PCT/K drafts K tokens every step",
+    )
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also run fixed draft configurations (k in 2,3,4,6,8 x p_min in 0,0.75) beside "
+        "auto mode and report auto / best fixed per prompt (needs --draft)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.set_defaults(func=cmd_bench)
@@ -71,8 +82,11 @@ def cmd_bench(args) -> int:
     modes = ["none"] + (["draft"] if args.draft else []) + (["lookup"] if args.lookup else [])
     bad = [o for o in args.oracle if not re.fullmatch(r"(100|[1-9]?[0-9])(/([1-9]|[1-5][0-9]|6[0-3]))?", o)]
     if bad:
-        print(f"error: --oracle {bad[0]}: give a percentage of right tokens, 0 to 100, and "
-              "optionally /K for a fixed draft length of 1 to 63 (e.g. 100/8)", file=sys.stderr)
+        print(
+            f"error: --oracle {bad[0]}: give a percentage of right tokens, 0 to 100, and "
+            "optionally /K for a fixed draft length of 1 to 63 (e.g. 100/8)",
+            file=sys.stderr,
+        )
         return 2
     modes += [f"oracle-{o}" for o in args.oracle]
     if args.sweep:
@@ -86,8 +100,7 @@ def cmd_bench(args) -> int:
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args)
     try:
-        rep = bench.run_bench(session, suite, modes, args.temp or [0.0], args.repeats,
-                              progress=StepProgress())
+        rep = bench.run_bench(session, suite, modes, args.temp or [0.0], args.repeats, progress=StepProgress())
     except ContextOverflow as e:
         print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
         return 4

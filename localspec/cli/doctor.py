@@ -68,17 +68,21 @@ def expected_here(facts: Facts):
 
 
 def expected_lines(options, advice: str | None) -> list[str]:
-    lines = ["\nexpected speed here (from this machine's measurements; a model is measured when it is "
-             "first loaded, and its use refines the figures)"]
+    lines = [
+        "\nexpected speed here (from this machine's measurements; a model is measured when it is "
+        "first loaded, and its use refines the figures)"
+    ]
     if not options:
-        return lines + ["  nothing measured yet: open a pair once (localspec, or localspec run) and run "
-                        "localspec doctor again"]
+        return lines + [
+            "  nothing measured yet: open a pair once (localspec, or localspec run) and run localspec doctor again"
+        ]
     rows = [("MODEL", "DRAFTING", "SPEED-UP", "TOK/S", "BASIS")]
     for o in sorted(options, key=lambda o: -o.expected.tokens_per_second):
         how = {"none": "none (target alone)", "lookup": "prompt lookup"}.get(o.how, f"draft {Path(o.how).name}")
         e = o.expected
-        rows.append((Path(o.target).name, how, f"{e.speedup:.2f}x", f"{e.tokens_per_second:.1f}",
-                     f"{e.basis}, {e.measured}"))
+        rows.append(
+            (Path(o.target).name, how, f"{e.speedup:.2f}x", f"{e.tokens_per_second:.1f}", f"{e.basis}, {e.measured}")
+        )
     return lines + ["  " + line for line in _table(rows).splitlines()] + [f"recommendation: {advice}"]
 
 
@@ -90,11 +94,19 @@ def gather_facts(settings, catalog) -> Facts:
     devices, note = backend.device_report()
     models_dir = settings.resolved_models_dir()
     return Facts(
-        gpu_offload=build.get("gpu_offload"), devices=tuple(devices), gpu_hint=gpu_hint(),
-        models_dir=models_dir, models_dir_writable=writable(models_dir),
-        disk_free_bytes=disk_free(models_dir), ram_available_bytes=preflight.memory_available(),
-        n_ctx=settings.n_ctx, pairs=pair_facts(catalog, settings), build=build, devices_note=note,
-        python=f"{platform.python_version()} ({sys.executable})", versions=versions(),
+        gpu_offload=build.get("gpu_offload"),
+        devices=tuple(devices),
+        gpu_hint=gpu_hint(),
+        models_dir=models_dir,
+        models_dir_writable=writable(models_dir),
+        disk_free_bytes=disk_free(models_dir),
+        ram_available_bytes=preflight.memory_available(),
+        n_ctx=settings.n_ctx,
+        pairs=pair_facts(catalog, settings),
+        build=build,
+        devices_note=note,
+        python=f"{platform.python_version()} ({sys.executable})",
+        versions=versions(),
     )
 
 
@@ -149,8 +161,13 @@ def pair_facts(catalog, settings) -> tuple[PairFacts, ...]:
 
 # --- the report -----------------------------------------------------------------------------
 def as_json(facts: Facts, d: Diagnosis) -> dict:
-    return {"ok": d.ok, "verdict": d.verdict, "problems": [asdict(p) for p in d.problems],
-            "pairs": [asdict(v) for v in d.pairs], "facts": asdict(facts)}
+    return {
+        "ok": d.ok,
+        "verdict": d.verdict,
+        "problems": [asdict(p) for p in d.problems],
+        "pairs": [asdict(v) for v in d.pairs],
+        "facts": asdict(facts),
+    }
 
 
 def render(facts: Facts, d: Diagnosis, expected: list[str] = ()) -> str:
@@ -166,14 +183,17 @@ def render(facts: Facts, d: Diagnosis, expected: list[str] = ()) -> str:
 def _build_lines(facts: Facts) -> list[str]:
     b = facts.build
     offload = {True: "yes", False: "no (CPU-only build)", None: "unknown"}[facts.gpu_offload]
-    lines = ["llama.cpp",
-             f"  llama-cpp-python {b.get('llama_cpp_python') or '?'}, GPU offload: {offload}, "
-             f"max devices {b.get('max_devices') or '?'}",
-             f"  system info: {b.get('system_info') or '?'}",
-             "  devices (as llama.cpp reports them):"]
+    lines = [
+        "llama.cpp",
+        f"  llama-cpp-python {b.get('llama_cpp_python') or '?'}, GPU offload: {offload}, "
+        f"max devices {b.get('max_devices') or '?'}",
+        f"  system info: {b.get('system_info') or '?'}",
+        "  devices (as llama.cpp reports them):",
+    ]
     for dev in facts.devices:
-        lines.append(f"    {dev.name:<8} {dev.type:<5} {dev.description}: "
-                     f"{gib(dev.free_bytes)} free of {gib(dev.total_bytes)}")
+        lines.append(
+            f"    {dev.name:<8} {dev.type:<5} {dev.description}: {gib(dev.free_bytes)} free of {gib(dev.total_bytes)}"
+        )
     if not facts.devices:
         lines.append(f"    none ({facts.devices_note or 'ggml reports no device'})")
     lines += [f"  note: {k}: {v}" for k, v in (b.get("errors") or {}).items()]

@@ -38,7 +38,9 @@ def register(sub) -> None:
     imp = msub.add_parser("import", help="register a local GGUF file in your catalog")
     imp.add_argument("path", type=Path)
     how = imp.add_mutually_exclusive_group()
-    how.add_argument("--copy", dest="how", action="store_const", const="copy", help="copy it into the models dir (default)")
+    how.add_argument(
+        "--copy", dest="how", action="store_const", const="copy", help="copy it into the models dir (default)"
+    )
     how.add_argument("--link", dest="how", action="store_const", const="link", help="link to it where it is")
     imp.add_argument("--name", help="model id in the catalog (default: the file name)")
     imp.set_defaults(func=_wrap(cmd_import), how="copy")
@@ -92,15 +94,17 @@ def cmd_list(args, settings, catalog) -> int:
     for pair in catalog.pairs:
         draft = pair.drafts[0]
         fits = "?" if ram is None else ("yes" if pair.memory_bytes <= FITS_FRACTION * ram else "no")
-        rows.append((
-            "*" if pair.id == catalog.default_pair_id else "",
-            pair.id,
-            f"{pair.target.params} {pair.target.quant} {human(pair.target.size_bytes)}",
-            f"{draft.params} {draft.quant} {human(draft.size_bytes)}",
-            human(pair.memory_bytes),
-            fits,
-            _on_disk(pair.target, draft, settings),
-        ))
+        rows.append(
+            (
+                "*" if pair.id == catalog.default_pair_id else "",
+                pair.id,
+                f"{pair.target.params} {pair.target.quant} {human(pair.target.size_bytes)}",
+                f"{draft.params} {draft.quant} {human(draft.size_bytes)}",
+                human(pair.memory_bytes),
+                fits,
+                _on_disk(pair.target, draft, settings),
+            )
+        )
     print(_table(rows))
     in_pairs = {m for p in catalog.pairs for m in [p.target, *p.drafts]}
     singles = [(k, m) for k, m in catalog.models.items() if m not in in_pairs]
@@ -109,7 +113,9 @@ def cmd_list(args, settings, catalog) -> int:
         rows = [("", "MODEL", "SIZE", "FAMILY", "ON DISK")]
         for key, m in singles:
             where = downloads.locate(m, settings)
-            rows.append(("", key, f"{m.params} {m.quant} {human(m.size_bytes)}", m.family, str(where) if where else "-"))
+            rows.append(
+                ("", key, f"{m.params} {m.quant} {human(m.size_bytes)}", m.family, str(where) if where else "-")
+            )
         print(_table(rows))
     print("\n* default pair. Get one with `localspec models pull PAIR`.")
     return 0
@@ -166,8 +172,13 @@ def cmd_import(args, settings, catalog) -> int:
         raise BadInput(f"a model {model_id!r} is already in the catalog; choose another id with --name")
     dest, created = _place(src, settings.resolved_models_dir(), args.how)
     ref = cat.ModelRef(
-        filename=dest.name, quant=info.quant, size_bytes=info.size_bytes, params=info.params,
-        family=info.arch, kv_bytes_per_token=info.kv_bytes_per_token, path=dest,
+        filename=dest.name,
+        quant=info.quant,
+        size_bytes=info.size_bytes,
+        params=info.params,
+        family=info.arch,
+        kv_bytes_per_token=info.kv_bytes_per_token,
+        path=dest,
     )
     try:
         where = cat.add_user_model(model_id, ref)
@@ -228,8 +239,10 @@ def cmd_check(args, settings, catalog) -> int:
     vocabs = [ggufinfo.vocab_info(p) for p in paths]
     for role, info, v in zip(("target", "draft"), infos, vocabs):
         print(f"{role}: " + _describe(info))
-        print(f"  vocab type {v.vocab_type}, BOS {v.bos}, EOS {v.eos}, add BOS {v.add_bos}, "
-              f"{len(v.special)} special tokens")
+        print(
+            f"  vocab type {v.vocab_type}, BOS {v.bos}, EOS {v.eos}, add BOS {v.add_bos}, "
+            f"{len(v.special)} special tokens"
+        )
     verdict = check_compatible(*vocabs)
     n_ctx = settings.n_ctx
     memory = sum(i.size_bytes + i.kv_bytes_per_token * n_ctx for i in infos)

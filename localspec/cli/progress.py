@@ -33,8 +33,14 @@ class StepProgress:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         console = _console(self.stream)
-        self._rich = console and Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TimeElapsedColumn(), console=console, transient=False)
+        self._rich = console and Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self._task = None
 
     def __call__(self, done: int, total: int, label: str) -> None:
@@ -56,8 +62,13 @@ class ByteProgress:
         self.stream = stream or sys.stderr
         console = _console(self.stream)
         self._rich = console and Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-            TimeRemainingColumn(), console=console)
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+        )
         self._tasks: dict[str, int] = {}
         self._last = 0.0
 

@@ -8,15 +8,15 @@ import json
 import sys
 from pathlib import Path
 
-from .. import options
-from ..drafters import DEFAULT_P_MIN
-from ..profiles import PROFILES_FILE, ProfileStore
+from ..core import options
+from ..core.drafters import DEFAULT_P_MIN
+from ..core.protocol import ContextFull
+from ..core.sampling import SamplingParams
+from ..core.stats import RunStats
 from ..offload import OffloadPlan
-from ..protocol import ContextFull
-from ..sampling import SamplingParams
+from ..profiles import PROFILES_FILE, ProfileStore
 from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session, prompt_tokens, reply_room
 from ..settings import data_dir
-from ..stats import RunStats
 
 FINISH_NOTES = {
     "context": "stopped: the context window is full (raise --ctx or shorten the prompt)",
@@ -36,20 +36,37 @@ def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True, target
     mode.add_argument("--no-draft", action="store_true", help="the target alone (baseline)")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument("--gpu-layers", type=int, default=None,
-                   help="target layers to offload to the GPU, -1 = all (default: auto, all that "
-                        "fit beside the draft; 0 on a CPU-only llama.cpp build)")
-    p.add_argument("--draft-gpu-layers", type=int, default=None,
-                   help="draft layers to offload to the GPU, -1 = all (default: auto, the draft "
-                        "goes first)")
+    p.add_argument(
+        "--gpu-layers",
+        type=int,
+        default=None,
+        help="target layers to offload to the GPU, -1 = all (default: auto, all that "
+        "fit beside the draft; 0 on a CPU-only llama.cpp build)",
+    )
+    p.add_argument(
+        "--draft-gpu-layers",
+        type=int,
+        default=None,
+        help="draft layers to offload to the GPU, -1 = all (default: auto, the draft goes first)",
+    )
     p.add_argument("--draft-max", type=int, default=16, help="longest draft per step (default 16)")
-    p.add_argument("--no-adapt", action="store_true",
-                   help="always draft --draft-max tokens instead of choosing k from measured costs")
-    p.add_argument("--no-copy", action="store_true",
-                   help="draft mode: always run the draft model, never copy a prompt-lookup match")
-    p.add_argument("--p-min", type=float, default=DEFAULT_P_MIN,
-                   help="stop a draft when the draft's top probability is below this (default 0: in auto "
-                        "mode the marginal rule decides from measured costs; llama.cpp uses 0.75)")
+    p.add_argument(
+        "--no-adapt",
+        action="store_true",
+        help="always draft --draft-max tokens instead of choosing k from measured costs",
+    )
+    p.add_argument(
+        "--no-copy",
+        action="store_true",
+        help="draft mode: always run the draft model, never copy a prompt-lookup match",
+    )
+    p.add_argument(
+        "--p-min",
+        type=float,
+        default=DEFAULT_P_MIN,
+        help="stop a draft when the draft's top probability is below this (default 0: in auto "
+        "mode the marginal rule decides from measured costs; llama.cpp uses 0.75)",
+    )
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
@@ -60,8 +77,12 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=d.min_p)
     p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--rule", choices=["speculative", "match"], default="speculative",
-                   help="sampling acceptance rule (default: speculative sampling, min(1, p/q))")
+    p.add_argument(
+        "--rule",
+        choices=["speculative", "match"],
+        default="speculative",
+        help="sampling acceptance rule (default: speculative sampling, min(1, p/q))",
+    )
     p.add_argument("--max-tokens", type=int, default=512)
 
 
@@ -76,11 +97,24 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-# each flag's attribute on args -> its option in localspec.options (ranges and messages)
-MODEL_FLAGS = {"ctx": "n_ctx", "threads": "threads", "gpu_layers": "gpu_layers",
-               "draft_gpu_layers": "draft_gpu_layers", "draft_max": "max_k", "p_min": "p_min"}
-REPLY_FLAGS = {"temp": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
-               "repeat_penalty": "repeat_penalty", "seed": "seed", "max_tokens": "max_tokens"}
+# each flag's attribute on args -> its option in localspec.core.options (ranges and messages)
+MODEL_FLAGS = {
+    "ctx": "n_ctx",
+    "threads": "threads",
+    "gpu_layers": "gpu_layers",
+    "draft_gpu_layers": "draft_gpu_layers",
+    "draft_max": "max_k",
+    "p_min": "p_min",
+}
+REPLY_FLAGS = {
+    "temp": "temperature",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+    "seed": "seed",
+    "max_tokens": "max_tokens",
+}
 
 
 def check_flags(args, flags: dict[str, str]) -> str | None:
@@ -94,17 +128,28 @@ def check_flags(args, flags: dict[str, str]) -> str | None:
 
 def sampling_from(args) -> SamplingParams:
     return SamplingParams(
-        temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty, seed=args.seed, rule=args.rule,
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+        rule=args.rule,
     )
 
 
 def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
     spec = PairSpec(args.target, args.draft, lookup=args.lookup)
-    load_options = LoadOptions(n_ctx=args.ctx, threads=args.threads, gpu_layers=args.gpu_layers,
-                               draft_gpu_layers=args.draft_gpu_layers, max_k=args.draft_max,
-                               adaptive=not args.no_adapt, p_min=args.p_min,
-                               copy=not args.no_copy)
+    load_options = LoadOptions(
+        n_ctx=args.ctx,
+        threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+        max_k=args.draft_max,
+        adaptive=not args.no_adapt,
+        p_min=args.p_min,
+        copy=not args.no_copy,
+    )
     return spec, load_options
 
 
@@ -125,8 +170,12 @@ def load_session(args, messages: list[dict] | None = None) -> Session:
     spec, load_options = spec_and_options(args)
     try:
         # what the pair costs here is kept for the pair menu and `localspec doctor`
-        return Session.load(spec, load_options, profiles=ProfileStore(data_dir() / PROFILES_FILE),
-                            check_target=(lambda target: check_fits(target, messages, args)) if messages else None)
+        return Session.load(
+            spec,
+            load_options,
+            profiles=ProfileStore(data_dir() / PROFILES_FILE),
+            check_target=(lambda target: check_fits(target, messages, args)) if messages else None,
+        )
     except PromptTooLong as e:
         raise SystemExit(_fail(str(e), 2))
     except _template_error() as e:  # the prompt check renders the chat template
@@ -158,10 +207,12 @@ def prompt_too_long(target, messages: list[dict], args) -> str:
     n_ctx = target.n_ctx
     most = min(getattr(target, "n_ctx_train", 0) or options.MAX_CTX, options.MAX_CTX)
     room = reply_room(n_ctx, args.max_tokens)
-    fix = (f"raise --ctx to {need} or shorten the prompt" if need <= most else
-           f"shorten the prompt (this model's context is at most {most} tokens)")
-    return (f"error: the prompt is {n} tokens and the reply needs {room} more; the context "
-            f"holds {n_ctx}: {fix}")
+    fix = (
+        f"raise --ctx to {need} or shorten the prompt"
+        if need <= most
+        else f"shorten the prompt (this model's context is at most {most} tokens)"
+    )
+    return f"error: the prompt is {n} tokens and the reply needs {room} more; the context holds {n_ctx}: {fix}"
 
 
 # An except clause's classes are looked up only when something is raised: llama_cpp is
@@ -224,12 +275,17 @@ def cmd_run(args) -> int:
     drafting = session.drafting_state()
     if args.json:
         plan = session.offload
-        out = {"text": "".join(parts), "mode": mode, **stats.as_dict(),
-               "speedup": stats.speedup(session.baseline_tokens_per_second),
-               "baseline_tokens_per_second": session.baseline_tokens_per_second,
-               "drafting": drafting.as_dict(),
-               "target": str(args.target), "draft": str(args.draft) if args.draft else None,
-               "offload": plan.as_dict() if plan else None}
+        out = {
+            "text": "".join(parts),
+            "mode": mode,
+            **stats.as_dict(),
+            "speedup": stats.speedup(session.baseline_tokens_per_second),
+            "baseline_tokens_per_second": session.baseline_tokens_per_second,
+            "drafting": drafting.as_dict(),
+            "target": str(args.target),
+            "draft": str(args.draft) if args.draft else None,
+            "offload": plan.as_dict() if plan else None,
+        }
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")

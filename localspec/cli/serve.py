@@ -19,17 +19,25 @@ KEY_ENV = "LOCALSPEC_API_KEY"  # keeps the key out of the process list
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible HTTP API")
-    p.add_argument("--pair", help="catalog pair id, with its default draft (default: the default "
-                                  "pair, when --target is not given); the files must be on disk")
+    p.add_argument(
+        "--pair",
+        help="catalog pair id, with its default draft (default: the default "
+        "pair, when --target is not given); the files must be on disk",
+    )
     add_model_options(p, target_required=False)  # --pair may name the files instead
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any "
-                                                       "other needs --api-key)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --api-key)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
     p.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (or set {KEY_ENV})")
-    p.add_argument("--queue", type=int, default=8,
-                   help="requests that may wait while one generates; more get 503 (default 8)")
-    p.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
-                   help="allow browser pages from ORIGIN to call the API (repeatable; default: none)")
+    p.add_argument(
+        "--queue", type=int, default=8, help="requests that may wait while one generates; more get 503 (default 8)"
+    )
+    p.add_argument(
+        "--cors",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser pages from ORIGIN to call the API (repeatable; default: none)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_serve)
 
@@ -46,8 +54,10 @@ def is_loopback(host: str) -> bool:
 def check_bind(host: str, api_key: str | None) -> str | None:
     """Why binding ``host`` is refused, or None."""
     if not is_loopback(host) and not api_key:
-        return (f"refusing to serve on {host} without an API key: anyone who can reach it could "
-                f"use the models. Pass --api-key KEY (or set {KEY_ENV}), or bind 127.0.0.1.")
+        return (
+            f"refusing to serve on {host} without an API key: anyone who can reach it could "
+            f"use the models. Pass --api-key KEY (or set {KEY_ENV}), or bind 127.0.0.1."
+        )
     if api_key is not None and len(api_key) < 8:
         return "the API key is too short: use at least 8 characters"
     return None
@@ -74,8 +84,9 @@ def resolve_pair(args) -> str | None:
     target = locate(pair.target, settings)
     draft = locate(pair.drafts[0], settings) if wanted_draft else args.draft
     if target is None or (wanted_draft and draft is None):
-        raise SystemExit(f"localspec serve: the files of pair {pair.id!r} are not on disk; "
-                         f"run: localspec models pull {pair.id}")
+        raise SystemExit(
+            f"localspec serve: the files of pair {pair.id!r} are not on disk; run: localspec models pull {pair.id}"
+        )
     args.target, args.draft = Path(target), Path(draft) if draft else None
     return pair.id
 
@@ -94,8 +105,13 @@ def cmd_serve(args) -> int:
         return 2
     model_id = resolve_pair(args) or args.target.stem
     session = load_session(args)
-    served = Served(model_id, frozenset({args.target.name, args.target.stem}), session.mode,
-                    session.draft is not None, session.target.n_ctx)
+    served = Served(
+        model_id,
+        frozenset({args.target.name, args.target.stem}),
+        session.mode,
+        session.draft is not None,
+        session.target.n_ctx,
+    )
     config = server.ServerConfig(api_key=args.api_key, queue=args.queue, cors_origins=tuple(args.cors))
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:  %(message)s")
     print(f"serving {model_id} ({session.mode}) at http://{args.host}:{args.port}/v1", file=sys.stderr)

@@ -9,13 +9,14 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
 from textual.actions import SkipAction
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
@@ -23,18 +24,36 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual.worker import get_current_worker
 
+from ..core.stats import RunStats
 from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec
 from ..settings import Settings, data_dir, load_settings, save_settings, settings_path
-from ..stats import RunStats
-from ..store import Chat, ChatStore, Message as StoredMessage, summary_line
+from ..store import Chat, ChatStore, summary_line
+from ..store import Message as StoredMessage
 from ..thinking import ThinkSplitter, history_content
 from .screens import (
-    ChatListScreen, ChatSettingsScreen, DownloadScreen, ErrorDialog, HelpScreen, LoadingScreen, PairChoice,
-    PairScreen, RaceScreen, SettingsScreen,
+    ChatListScreen,
+    ChatSettingsScreen,
+    DownloadScreen,
+    ErrorDialog,
+    HelpScreen,
+    LoadingScreen,
+    PairChoice,
+    PairScreen,
+    RaceScreen,
+    SettingsScreen,
 )
 from .widgets import (
-    ChatInput, ChatLog, InspectedStep, ReplyView, StatsPanel, StepInspector, UserMessage, code_blocks,
-    race_speed_line, race_verdict, stats_values,
+    ChatInput,
+    ChatLog,
+    InspectedStep,
+    ReplyView,
+    StatsPanel,
+    StepInspector,
+    UserMessage,
+    code_blocks,
+    race_speed_line,
+    race_verdict,
+    stats_values,
 )
 
 # Tuning choice: 8 panel refreshes a second is twice the required 4 and costs little CPU;
@@ -55,14 +74,25 @@ RACE_RUNS = 2
 
 # --- messages from the workers --------------------------------------------------------------
 
+
 class StepArrived(Message):
     """One engine step, read in the worker. ``answer`` is the step's text less any thinking
     (``thinking``), and ``n_draft_chars`` counts the answer's leading characters that came from
     the draft; ``drafting`` is the controller's account when it was asked (else None)."""
 
-    def __init__(self, gen_id: int, kind: str, step, n_draft_chars: int, inspected: InspectedStep,
-                 t_yield: float, thinking: str = "", answer: str | None = None, thinking_tokens: int = 0,
-                 drafting=None) -> None:
+    def __init__(
+        self,
+        gen_id: int,
+        kind: str,
+        step,
+        n_draft_chars: int,
+        inspected: InspectedStep,
+        t_yield: float,
+        thinking: str = "",
+        answer: str | None = None,
+        thinking_tokens: int = 0,
+        drafting=None,
+    ) -> None:
         super().__init__()
         self.gen_id, self.kind, self.step = gen_id, kind, step
         self.n_draft_chars, self.inspected, self.t_yield = n_draft_chars, inspected, t_yield
@@ -74,8 +104,9 @@ class GenerationDone(Message):
     """The end of a worker's run; ``rest`` is the (thinking, answer) text the splitter held back
     to the end (a tag that never completed), ``drafting`` the controller's account after it."""
 
-    def __init__(self, gen_id: int, kind: str, status: str, error: str | None,
-                 rest: tuple[str, str] = ("", ""), drafting=None) -> None:
+    def __init__(
+        self, gen_id: int, kind: str, status: str, error: str | None, rest: tuple[str, str] = ("", ""), drafting=None
+    ) -> None:
         super().__init__()
         self.gen_id, self.kind, self.status, self.error = gen_id, kind, status, error
         self.rest, self.drafting = rest, drafting
@@ -140,16 +171,26 @@ class StepReader:
         self.index += 1
         text_of = self.session.token_text
         n_draft = min(step.n_accepted, len(step.emitted))
-        inspected = InspectedStep(self.index, step.k, tuple(text_of(t) for t in step.drafted),
-                                  step.n_accepted, text_of(step.token))
+        inspected = InspectedStep(
+            self.index, step.k, tuple(text_of(t) for t in step.drafted), step.n_accepted, text_of(step.token)
+        )
         n_draft_chars = split_draft_chars([text_of(t) for t in step.emitted], step.text, n_draft)
         thinking, answer = self.splitter.feed(step.text)
         # a step is counted whole: thinking if it added nothing to the answer (the <think> and
         # </think> tokens and the blank after them included)
         thinks = not answer and (thinking or self.splitter.state in ("thinking", "after"))
-        return StepArrived(gen_id, kind, step, answer_draft_chars(step.text, n_draft_chars, answer),
-                           inspected, time.perf_counter(), thinking, answer,
-                           len(step.emitted) if thinks else 0, self.drafting(step.k))
+        return StepArrived(
+            gen_id,
+            kind,
+            step,
+            answer_draft_chars(step.text, n_draft_chars, answer),
+            inspected,
+            time.perf_counter(),
+            thinking,
+            answer,
+            len(step.emitted) if thinks else 0,
+            self.drafting(step.k),
+        )
 
     def drafting(self, k: int | None = None, force: bool = False):
         if self._ask is None:
@@ -198,7 +239,8 @@ class ChatScreen(Screen):
     BINDINGS = [
         # priority: the focused input would otherwise take escape, ctrl+e (line end), f7 (select all)
         Binding(key, f"app.{action}", label or desc, show=label is not None, priority=True)
-        for key, action, desc, label in KEYS if action
+        for key, action, desc, label in KEYS
+        if action
     ]
 
     def compose(self) -> ComposeResult:
@@ -206,8 +248,12 @@ class ChatScreen(Screen):
         with Horizontal(id="main"):
             with Vertical(id="chat-column"):
                 yield ChatLog(id="chat-log")
-                yield ChatInput(id="chat-input", soft_wrap=True, show_line_numbers=False,
-                                placeholder="Message  (Enter sends · Shift+Enter / Ctrl+J new line · Ctrl+P commands)")
+                yield ChatInput(
+                    id="chat-input",
+                    soft_wrap=True,
+                    show_line_numbers=False,
+                    placeholder="Message  (Enter sends · Shift+Enter / Ctrl+J new line · Ctrl+P commands)",
+                )
             with Vertical(id="side"):
                 yield StatsPanel(id="stats")
                 yield StepInspector(id="inspector")
@@ -345,7 +391,7 @@ class LocalspecApp(App):
             from ..llama_backend import build_info
 
             b = build_info()
-        except Exception:  # noqa: BLE001 - a menu hint must never stop the menu
+        except Exception:
             return None
         machine = profiles.machine_id(f"{b.get('llama_cpp_python')}|{b.get('system_info')}")
 
@@ -401,8 +447,16 @@ class LocalspecApp(App):
         draft = getattr(s, "default_draft", None)
         draft_value = draft if draft in ("lookup", "none") else f"draft:{draft}" if draft else None
         self.push_screen(
-            PairScreen(catalog, self._present, s.default_pair or catalog.default_pair_id, draft_value,
-                       s.draft.max_k, s.draft.adaptive, s.draft.p_min, self._expected_line()),
+            PairScreen(
+                catalog,
+                self._present,
+                s.default_pair or catalog.default_pair_id,
+                draft_value,
+                s.draft.max_k,
+                s.draft.adaptive,
+                s.draft.p_min,
+                self._expected_line(),
+            ),
             self._pair_chosen,
         )
 
@@ -410,7 +464,8 @@ class LocalspecApp(App):
         if choice is None:
             return
         draft = self.settings.draft.model_copy(
-            update={"max_k": choice.max_k, "adaptive": choice.adaptive, "p_min": choice.p_min})
+            update={"max_k": choice.max_k, "adaptive": choice.adaptive, "p_min": choice.p_min}
+        )
         update: dict[str, Any] = {"default_pair": choice.pair_id, "draft": draft}
         if "default_draft" in Settings.model_fields:
             update["default_draft"] = choice.draft.filename if choice.draft else choice.mode
@@ -420,8 +475,10 @@ class LocalspecApp(App):
             pull = self._pull
             if pull is None:
                 from ..downloads import pull
-            self.push_screen(DownloadScreen(missing, self.settings, pull),
-                             lambda paths: self._open_choice(choice) if paths is not None else None)
+            self.push_screen(
+                DownloadScreen(missing, self.settings, pull),
+                lambda paths: self._open_choice(choice) if paths is not None else None,
+            )
         else:
             self._open_choice(choice)
 
@@ -447,9 +504,16 @@ class LocalspecApp(App):
 
     def _load_options(self) -> LoadOptions:
         s = self.settings
-        return LoadOptions(n_ctx=s.n_ctx, threads=s.threads, gpu_layers=s.gpu_layers,
-                           draft_gpu_layers=s.draft_gpu_layers, max_k=s.draft.max_k,
-                           adaptive=s.draft.adaptive, p_min=s.draft.p_min, overflow=s.overflow)
+        return LoadOptions(
+            n_ctx=s.n_ctx,
+            threads=s.threads,
+            gpu_layers=s.gpu_layers,
+            draft_gpu_layers=s.draft_gpu_layers,
+            max_k=s.draft.max_k,
+            adaptive=s.draft.adaptive,
+            p_min=s.draft.p_min,
+            overflow=s.overflow,
+        )
 
     @work(thread=True, exclusive=True, group="load")
     def _load_worker(self, load_id: int, spec: PairSpec, options: LoadOptions, label: str) -> None:
@@ -570,9 +634,15 @@ class LocalspecApp(App):
         if m.role == "user":
             return UserMessage(m.content, message_id=m.id, classes="user-msg")
         stats = (m.meta or {}).get("stats") or {}
-        view = ReplyView(m.content, (m.meta or {}).get("draft_spans", ()), summary_line(stats) if stats else "",
-                         m.status, thinking=m.thinking, thinking_tokens=stats.get("thinking_tokens"),
-                         classes="reply")
+        view = ReplyView(
+            m.content,
+            (m.meta or {}).get("draft_spans", ()),
+            summary_line(stats) if stats else "",
+            m.status,
+            thinking=m.thinking,
+            thinking_tokens=stats.get("thinking_tokens"),
+            classes="reply",
+        )
         view.message_id = m.id
         if self.show_colours:
             view.add_class("-tokens")
@@ -582,14 +652,17 @@ class LocalspecApp(App):
         out = []
         if self.chat and self.chat.system_prompt:
             out.append({"role": "system", "content": self.chat.system_prompt})
-        out += [{"role": m.role, "content": history_content(m.content, m.thinking) if m.role == "assistant"
-                 else m.content} for m in self.history if m.role in ("user", "assistant")]
+        out += [
+            {"role": m.role, "content": history_content(m.content, m.thinking) if m.role == "assistant" else m.content}
+            for m in self.history
+            if m.role in ("user", "assistant")
+        ]
         return out
 
     def _params(self):
         from pydantic import ValidationError
 
-        from ..sampling import SamplingParams
+        from ..core.sampling import SamplingParams
 
         try:
             return SamplingParams.model_validate({**self.settings.sampling.model_dump(), **(self.chat.sampling or {})})
@@ -639,12 +712,20 @@ class LocalspecApp(App):
         self.gen_id += 1
         self._stop_event = threading.Event()
         self.generating = kind
-        max_tokens = (self.chat.max_tokens if self.chat and self.chat.max_tokens else self.settings.max_tokens)
+        max_tokens = self.chat.max_tokens if self.chat and self.chat.max_tokens else self.settings.max_tokens
         self._generate(self.gen_id, kind, messages, self._params(), max_tokens, mode, self._stop_event)
 
     @work(thread=True, exclusive=True, group="gen")
-    def _generate(self, gen_id: int, kind: str, messages: list[dict], params, max_tokens: int,
-                  mode: str | None, stop: threading.Event) -> None:
+    def _generate(
+        self,
+        gen_id: int,
+        kind: str,
+        messages: list[dict],
+        params,
+        max_tokens: int,
+        mode: str | None,
+        stop: threading.Event,
+    ) -> None:
         worker = get_current_worker()
         session = self.session
         status, error = "done", None
@@ -664,8 +745,9 @@ class LocalspecApp(App):
         finally:
             if steps is not None:
                 steps.close()  # the engine leaves both caches consistent between steps
-        self.post_message(GenerationDone(gen_id, kind, status, error, reader.splitter.flush(),
-                                         reader.drafting(force=True)))
+        self.post_message(
+            GenerationDone(gen_id, kind, status, error, reader.splitter.flush(), reader.drafting(force=True))
+        )
 
     async def on_step_arrived(self, m: StepArrived) -> None:
         if m.gen_id != self.gen_id:
@@ -711,9 +793,14 @@ class LocalspecApp(App):
         stats = self._reply_stats_dict()
         await reply.finish(m.status, summary_line(stats))
         if reply.text or reply.thinking or m.status != "error":
-            msg = self.store.add_message(self._reply_chat_id, "assistant", reply.text, m.status,
-                                         {"stats": stats, "draft_spans": reply.draft_spans},
-                                         thinking=reply.thinking)
+            msg = self.store.add_message(
+                self._reply_chat_id,
+                "assistant",
+                reply.text,
+                m.status,
+                {"stats": stats, "draft_spans": reply.draft_spans},
+                thinking=reply.thinking,
+            )
             reply.message_id = msg.id
             self.history.append(msg)
         else:
@@ -732,7 +819,8 @@ class LocalspecApp(App):
         if self.drafting is not None:
             stats["drafting"] = self.drafting.as_dict()
         stats["mode"] = (self.chat.mode if self.chat and self.chat.mode else None) or (
-            self.session.mode if self.session else None)
+            self.session.mode if self.session else None
+        )
         return stats
 
     def _refresh_panels(self, force: bool = False) -> None:
@@ -746,11 +834,16 @@ class LocalspecApp(App):
         except Exception:  # the chat screen is not composed yet
             return
         s = self.session
-        values = stats_values(self.reply_stats, self.totals, s.baseline_tokens_per_second if s else None,
-                              s.baseline_note if s else "no pair loaded", self.measured_baseline_tps,
-                              (self.chat.mode if self.chat and self.chat.mode else None) or (s.mode if s else "–"),
-                              self.drafting.line if self.drafting is not None else None,
-                              self.reply_thinking_tokens)
+        values = stats_values(
+            self.reply_stats,
+            self.totals,
+            s.baseline_tokens_per_second if s else None,
+            s.baseline_note if s else "no pair loaded",
+            self.measured_baseline_tps,
+            (self.chat.mode if self.chat and self.chat.mode else None) or (s.mode if s else "–"),
+            self.drafting.line if self.drafting is not None else None,
+            self.reply_thinking_tokens,
+        )
         offload = getattr(s, "offload", None) if s else None
         panel.show(values, self.reply_stats.tokens_per_pass_history, offload.short if offload else "")
         inspector = self.chat_screen.query_one("#inspector", StepInspector)
@@ -918,8 +1011,12 @@ class LocalspecApp(App):
                 self.tell("chat settings saved", timeout=2)
                 self._ask_drafting()  # the mode may have changed
 
-        self.push_screen(ChatSettingsScreen(self.chat.system_prompt, sampling,
-                                            self.chat.max_tokens or self.settings.max_tokens, current, modes), saved)
+        self.push_screen(
+            ChatSettingsScreen(
+                self.chat.system_prompt, sampling, self.chat.max_tokens or self.settings.max_tokens, current, modes
+            ),
+            saved,
+        )
 
     def action_settings(self) -> None:
         def saved(settings) -> None:
@@ -1020,9 +1117,14 @@ class LocalspecApp(App):
         if self.generating == "chat" and self.reply is not None and (self.reply.text or self.reply.thinking):
             self._stop_event.set()
             try:
-                self.store.add_message(self._reply_chat_id, "assistant", self.reply.text, "stopped",
-                                       {"stats": self._reply_stats_dict(), "draft_spans": self.reply.draft_spans},
-                                       thinking=self.reply.thinking)
+                self.store.add_message(
+                    self._reply_chat_id,
+                    "assistant",
+                    self.reply.text,
+                    "stopped",
+                    {"stats": self._reply_stats_dict(), "draft_spans": self.reply.draft_spans},
+                    thinking=self.reply.thinking,
+                )
             except sqlite3.Error as e:  # e.g. its chat was just deleted: nothing to keep it in
                 self.log.warning(f"partial reply not kept: {e}")
             self.generating = None

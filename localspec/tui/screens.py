@@ -10,8 +10,9 @@ import inspect
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
@@ -21,12 +22,22 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import (
-    Button, Footer, Input, Label, LoadingIndicator, Markdown, OptionList, ProgressBar, Select,
-    Static, Switch, TextArea,
+    Button,
+    Footer,
+    Input,
+    Label,
+    LoadingIndicator,
+    Markdown,
+    OptionList,
+    ProgressBar,
+    Select,
+    Static,
+    Switch,
+    TextArea,
 )
 from textual.widgets.option_list import Option
 
-from .. import options
+from ..core import options
 from .widgets import visible
 
 
@@ -56,6 +67,7 @@ def human_seconds(s: float | None) -> str:
 
 
 # --- dialogs -------------------------------------------------------------------------------
+
 
 class ErrorDialog(ModalScreen[None]):
     BINDINGS = [Binding("escape,enter", "dismiss", "Close")]
@@ -112,6 +124,7 @@ class HelpScreen(ModalScreen[None]):
 
 
 # --- chat list -----------------------------------------------------------------------------
+
 
 class ChatListScreen(ModalScreen[tuple[str, int] | None]):
     """Pick a chat: Enter opens, Delete removes; the result is ("open"|"delete", chat_id)."""
@@ -177,7 +190,7 @@ def threads_note(value) -> str | None:
 
 
 class OptionForm:
-    """Fields whose values are options (localspec.options): each is parsed and range-checked
+    """Fields whose values are options (localspec.core.options): each is parsed and range-checked
     as it is typed and again on save, with the refusal shown beside the field.
     ``fields``: input id -> (option name, label used in messages)."""
 
@@ -216,8 +229,7 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
     fields = {f"s-{name}": (name, name) for name in (*SAMPLING_FIELDS, "max_tokens")}
 
-    def __init__(self, system_prompt: str, sampling: dict, max_tokens: int, mode: str,
-                 modes: Sequence[str]) -> None:
+    def __init__(self, system_prompt: str, sampling: dict, max_tokens: int, mode: str, modes: Sequence[str]) -> None:
         super().__init__(classes="dialog-screen")
         self.system_prompt, self.sampling, self.max_tokens = system_prompt, sampling, max_tokens
         self.mode, self.modes = mode, modes
@@ -244,7 +256,7 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
     def action_save(self) -> None:
         from pydantic import ValidationError
 
-        from ..sampling import SamplingParams
+        from ..core.sampling import SamplingParams
         from ..settings import describe_validation_error
 
         error = self.query_one("#settings-error", Static)
@@ -258,24 +270,44 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
         except ValidationError as e:
             error.update(Text(describe_validation_error(e), style="red"))
             return
-        self.dismiss({
-            "system_prompt": self.query_one("#system-prompt", TextArea).text,
-            "sampling": params.model_dump(),
-            "max_tokens": values["s-max_tokens"],
-            "mode": self.query_one("#s-mode", Select).value,
-        })
+        self.dismiss(
+            {
+                "system_prompt": self.query_one("#system-prompt", TextArea).text,
+                "sampling": params.model_dump(),
+                "max_tokens": values["s-max_tokens"],
+                "mode": self.query_one("#s-mode", Select).value,
+            }
+        )
 
 
 # --- app settings --------------------------------------------------------------------------
 
-APP_SETTING_KEYS = ("models_dir", "gpu_layers", "draft_gpu_layers", "threads", "n_ctx", "max_tokens",
-                    "overflow", "draft.max_k", "draft.adaptive", "draft.p_min", "export_dir",
-                    "show_draft_tokens")
+APP_SETTING_KEYS = (
+    "models_dir",
+    "gpu_layers",
+    "draft_gpu_layers",
+    "threads",
+    "n_ctx",
+    "max_tokens",
+    "overflow",
+    "draft.max_k",
+    "draft.adaptive",
+    "draft.p_min",
+    "export_dir",
+    "show_draft_tokens",
+)
 
 
-# settings keys whose values are options (localspec.options), with their option's name
-SETTING_OPTIONS = {"gpu_layers": "gpu_layers", "draft_gpu_layers": "draft_gpu_layers", "threads": "threads",
-                   "n_ctx": "n_ctx", "max_tokens": "max_tokens", "draft.max_k": "max_k", "draft.p_min": "p_min"}
+# settings keys whose values are options (localspec.core.options), with their option's name
+SETTING_OPTIONS = {
+    "gpu_layers": "gpu_layers",
+    "draft_gpu_layers": "draft_gpu_layers",
+    "threads": "threads",
+    "n_ctx": "n_ctx",
+    "max_tokens": "max_tokens",
+    "draft.max_k": "max_k",
+    "draft.p_min": "p_min",
+}
 
 
 def _input_id(key: str) -> str:
@@ -283,7 +315,7 @@ def _input_id(key: str) -> str:
 
 
 class SettingsScreen(OptionForm, ModalScreen[Any]):
-    """Edit the stored settings: option fields are range-checked as typed (localspec.options),
+    """Edit the stored settings: option fields are range-checked as typed (localspec.core.options),
     then the whole is validated with the pydantic model before saving."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
@@ -359,6 +391,7 @@ class SettingsScreen(OptionForm, ModalScreen[Any]):
 
 # --- pair menu -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class PairChoice:
     pair_id: str
@@ -391,9 +424,17 @@ class PairScreen(ModalScreen[PairChoice | None]):
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+o", "open", "Open pair")]
 
-    def __init__(self, catalog, present: Callable[[Any], bool], selected: str | None,
-                 draft_choice: str | None, max_k: int, adaptive: bool, p_min: float,
-                 expected: Callable[[Any], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        catalog,
+        present: Callable[[Any], bool],
+        selected: str | None,
+        draft_choice: str | None,
+        max_k: int,
+        adaptive: bool,
+        p_min: float,
+        expected: Callable[[Any], str | None] | None = None,
+    ) -> None:
         super().__init__(classes="dialog-screen")
         self.catalog = catalog
         self.present = present
@@ -411,8 +452,11 @@ class PairScreen(ModalScreen[PairChoice | None]):
         text.append(f"{pair.name}", style="bold")
         if pair.id == self.catalog.default_pair_id:
             text.append("  (default)", style="#00af5f")
-        text.append(f"\n  {human_bytes(size)} {'on disk' if have else 'download'} · "
-                    f"needs ~{human_bytes(pair.memory_bytes)} memory · ", style="dim")
+        text.append(
+            f"\n  {human_bytes(size)} {'on disk' if have else 'download'} · "
+            f"needs ~{human_bytes(pair.memory_bytes)} memory · ",
+            style="dim",
+        )
         if self.ram and pair.memory_bytes > self.ram:
             text.append(f"more than this machine's {human_bytes(self.ram)} · ", style="bold #d70000")
         text.append("✓ files present" if have else "⬇ download needed", style="#00af5f" if have else "#d78700")
@@ -433,8 +477,11 @@ class PairScreen(ModalScreen[PairChoice | None]):
                 yield Select([("none (target alone)", "none")], allow_blank=False, id="draft-select")
             with Horizontal(classes="field-row"):
                 yield Label("max draft k", classes="field-label")
-                yield Input("auto" if self.adaptive else str(self.max_k), id="max-k",
-                            placeholder=f"auto or 0..{options.MAX_DRAFT}")
+                yield Input(
+                    "auto" if self.adaptive else str(self.max_k),
+                    id="max-k",
+                    placeholder=f"auto or 0..{options.MAX_DRAFT}",
+                )
                 yield Label("p_min", classes="field-label")
                 yield Input(str(self.p_min), id="p-min")
             yield Static("", id="pair-error")
@@ -502,6 +549,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
 
 # --- downloads -----------------------------------------------------------------------------
 
+
 class DownloadScreen(ModalScreen[dict | None]):
     """Downloads the missing files one after the other; Esc cancels (partial kept for resume).
 
@@ -536,8 +584,7 @@ class DownloadScreen(ModalScreen[dict | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static("Downloading model files  (Esc cancels; a partial file resumes later)",
-                         classes="dialog-title")
+            yield Static("Downloading model files  (Esc cancels; a partial file resumes later)", classes="dialog-title")
             for i, ref in enumerate(self.refs):
                 yield Label(Text(f"{ref.filename}  ({human_bytes(ref.size_bytes)})"))
                 yield ProgressBar(total=ref.size_bytes or None, show_eta=False, id=f"bar-{i}")
@@ -579,9 +626,12 @@ class DownloadScreen(ModalScreen[dict | None]):
         bar.update(total=p.total_bytes, progress=p.done_bytes)
         eta = human_seconds(p.eta_seconds)
         total = human_bytes(p.total_bytes)
-        self.query_one(f"#rate-{m.index}", Static).update(Text(
-            f"{human_bytes(p.done_bytes)} / {total} · {human_bytes(p.bytes_per_second)}/s · ETA {eta}"
-            f" · from {p.source}"))
+        self.query_one(f"#rate-{m.index}", Static).update(
+            Text(
+                f"{human_bytes(p.done_bytes)} / {total} · {human_bytes(p.bytes_per_second)}/s · ETA {eta}"
+                f" · from {p.source}"
+            )
+        )
 
     def on_download_screen_noted(self, m: Noted) -> None:
         self.query_one("#download-error", Static).update(Text(m.text, style="#d78700"))
@@ -603,6 +653,7 @@ class DownloadScreen(ModalScreen[dict | None]):
 
 # --- race ----------------------------------------------------------------------------------
 
+
 class RaceScreen(Screen[None]):
     """The last prompt answered twice: with speculation (the reply already in the chat) and by
     the target alone (streaming now). The measured ratio replaces the estimate in the panel."""
@@ -620,8 +671,11 @@ class RaceScreen(Screen[None]):
         yield Static("Race: the same prompt, with speculation and with the target alone", classes="dialog-title")
         with Horizontal(id="race-columns"):
             with VerticalScroll(classes="race-col"):
-                yield Static(Text(f"speculative ({self.mode}): {self.spec_tps:.1f} tok/s"), id="race-left-speed",
-                             classes="race-speed")
+                yield Static(
+                    Text(f"speculative ({self.mode}): {self.spec_tps:.1f} tok/s"),
+                    id="race-left-speed",
+                    classes="race-speed",
+                )
                 yield Markdown(visible(self.spec_text), id="race-left")
             with VerticalScroll(classes="race-col"):
                 yield Static("target alone: running…", id="race-right-speed", classes="race-speed")
@@ -647,6 +701,9 @@ class RaceScreen(Screen[None]):
         self.query_one("#race-right-speed", Static).update(f"target alone: {tps:.1f} tok/s{note}")
         ratio = self.spec_tps / tps if tps else float("nan")
         same = "identical replies" if self.spec_text == self.target_text else "replies differ"
-        self.query_one("#race-verdict", Static).update(Text(
-            f"measured speed-up {ratio:.2f}×  ({self.spec_tps:.1f} vs {tps:.1f} tok/s) · {same} · Esc closes",
-            style="bold"))
+        self.query_one("#race-verdict", Static).update(
+            Text(
+                f"measured speed-up {ratio:.2f}×  ({self.spec_tps:.1f} vs {tps:.1f} tok/s) · {same} · Esc closes",
+                style="bold",
+            )
+        )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -21,7 +21,7 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Collapsible, Markdown, Sparkline, Static, TextArea
 
-from ..stats import RunStats
+from ..core.stats import RunStats
 
 DRAFT_STYLE = "bold #00af5f"  # readable on both the dark and the light theme
 TARGET_STYLE = ""
@@ -86,9 +86,16 @@ class UserMessage(Static):
 class ReplyView(Vertical):
     """One assistant reply: Markdown view (streamed) and the token view (draft colours)."""
 
-    def __init__(self, text: str = "", draft_spans: Sequence[Sequence[int]] = (),
-                 summary: str = "", status: str = "done", thinking: str = "",
-                 thinking_tokens: int | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        text: str = "",
+        draft_spans: Sequence[Sequence[int]] = (),
+        summary: str = "",
+        status: str = "done",
+        thinking: str = "",
+        thinking_tokens: int | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
         self.text = text  # the answer; a reasoning model's thinking is apart in ``thinking``
         self.thinking = thinking
@@ -105,8 +112,12 @@ class ReplyView(Vertical):
         self._chunk_start = 0
 
     def compose(self):
-        block = Collapsible(Static(self._thinking_body(), classes="thinking-body"),
-                            title=self._thinking_title(), collapsed=True, classes="reply-thinking")
+        block = Collapsible(
+            Static(self._thinking_body(), classes="thinking-body"),
+            title=self._thinking_title(),
+            collapsed=True,
+            classes="reply-thinking",
+        )
         block.display = bool(self.thinking)
         yield block
         yield Markdown(visible(self.text), classes="reply-md")
@@ -227,11 +238,11 @@ class ReplyView(Vertical):
             if a >= b:
                 continue
             if a > pos:
-                out.append(shown[pos - start:a - start], style=TARGET_STYLE)
-            out.append(shown[a - start:b - start], style=DRAFT_STYLE)
+                out.append(shown[pos - start : a - start], style=TARGET_STYLE)
+            out.append(shown[a - start : b - start], style=DRAFT_STYLE)
             pos = b
         if pos < end:
-            out.append(shown[pos - start:end - start], style=TARGET_STYLE)
+            out.append(shown[pos - start : end - start], style=TARGET_STYLE)
         return out
 
     def refresh_token_view(self, force: bool = False) -> None:
@@ -272,6 +283,7 @@ class ReplyView(Vertical):
 
 # --- statistics --------------------------------------------------------------------------
 
+
 def _fmt(x: float | None, spec: str, suffix: str = "") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -291,9 +303,16 @@ def speedup_text(run: RunStats, baseline: float | None, how: str = "") -> str:
     return _fmt(speedup, ".2f", "×") + (how if speedup else "")
 
 
-def stats_values(run: RunStats, totals: RunStats, baseline_tps: float | None, baseline_note: str,
-                 measured_baseline_tps: float | None = None, mode: str = "draft",
-                 drafting: str | None = None, thinking_tokens: int = 0) -> dict[str, str]:
+def stats_values(
+    run: RunStats,
+    totals: RunStats,
+    baseline_tps: float | None,
+    baseline_note: str,
+    measured_baseline_tps: float | None = None,
+    mode: str = "draft",
+    drafting: str | None = None,
+    thinking_tokens: int = 0,
+) -> dict[str, str]:
     """The panel's rows, label → value, from this reply's and the session's statistics.
 
     The speed-up is this reply's decode tokens/s over the target-only tokens/s: the race's
@@ -302,8 +321,14 @@ def stats_values(run: RunStats, totals: RunStats, baseline_tps: float | None, ba
     """
     baseline = measured_baseline_tps or baseline_tps
     total_time = run.draft_seconds + run.verify_seconds + run.overhead_seconds
-    split = (f"{run.draft_seconds / total_time * 100:.0f}% / {run.verify_seconds / total_time * 100:.0f}%"
-             f" (+{run.overhead_seconds / total_time * 100:.0f}%)") if total_time > 0 else "–"
+    split = (
+        (
+            f"{run.draft_seconds / total_time * 100:.0f}% / {run.verify_seconds / total_time * 100:.0f}%"
+            f" (+{run.overhead_seconds / total_time * 100:.0f}%)"
+        )
+        if total_time > 0
+        else "–"
+    )
     # labels fit 14 cells so the panel reads on an 80-column terminal
     reply = {
         "mode": mode,
@@ -326,8 +351,7 @@ def stats_values(run: RunStats, totals: RunStats, baseline_tps: float | None, ba
         "total tokens": f"{totals.n_tokens} / {totals.n_steps} passes",
         "total tok/s": _fmt(totals.tokens_per_second or None, ".1f"),
         "total speed-up": speedup_text(totals, baseline),
-        "total accepted": _fmt(None if totals.acceptance_rate is None else totals.acceptance_rate * 100,
-                               ".0f", "%"),
+        "total accepted": _fmt(None if totals.acceptance_rate is None else totals.acceptance_rate * 100, ".0f", "%"),
     }
 
 
@@ -386,7 +410,7 @@ class StatsPanel(Vertical):
                 table.add_row(Text("─ session ─", style="dim"), "")
             table.add_row(label, Text(value))
         self.query_one("#stats-table", Static).update(table)
-        self.query_one("#stats-spark", Sparkline).data = list(history[-self.SPARK_STEPS:])
+        self.query_one("#stats-spark", Sparkline).data = list(history[-self.SPARK_STEPS :])
 
 
 # --- race ------------------------------------------------------------------------------
@@ -411,15 +435,22 @@ def race_verdict(spec_tps: float, spec_drafted: bool, target_tps: Sequence[float
     if not spec_drafted:
         every = [spec_tps, *runs]
         noise = (max(every) / min(every) - 1) * 100
-        return (f"neither side drafted: the {_COUNT.get(len(every), len(every))} runs differ by {noise:.0f}% "
-                f"(noise, not a speed-up): {spec_tps:.1f} tok/s in the chat, {_tps_list(runs)} tok/s for the "
-                f"target alone · {replies} · Esc closes")
+        return (
+            f"neither side drafted: the {_COUNT.get(len(every), len(every))} runs differ by {noise:.0f}% "
+            f"(noise, not a speed-up): {spec_tps:.1f} tok/s in the chat, {_tps_list(runs)} tok/s for the "
+            f"target alone · {replies} · Esc closes"
+        )
     mean = sum(runs) / len(runs)
-    spread = (f"the target alone ran {_TIMES.get(len(runs), f'{len(runs)} times')}, {_tps_list(runs)} tok/s: "
-              f"{spec_tps / max(runs):.2f}–{spec_tps / min(runs):.2f}×" if len(runs) > 1
-              else "one run of the target alone, so no spread")
-    return (f"measured speed-up {spec_tps / mean:.2f}×  ({spec_tps:.1f} vs {mean:.1f} tok/s; {spread}) · "
-            f"{replies} · Esc closes")
+    spread = (
+        f"the target alone ran {_TIMES.get(len(runs), f'{len(runs)} times')}, {_tps_list(runs)} tok/s: "
+        f"{spec_tps / max(runs):.2f}–{spec_tps / min(runs):.2f}×"
+        if len(runs) > 1
+        else "one run of the target alone, so no spread"
+    )
+    return (
+        f"measured speed-up {spec_tps / mean:.2f}×  ({spec_tps:.1f} vs {mean:.1f} tok/s; {spread}) · "
+        f"{replies} · Esc closes"
+    )
 
 
 def race_speed_line(target_tps: Sequence[float], running: bool, note: str = "") -> str:
@@ -433,6 +464,7 @@ def race_speed_line(target_tps: Sequence[float], running: bool, note: str = "") 
 
 
 # --- step inspector ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class InspectedStep:
@@ -477,7 +509,7 @@ class StepInspector(Vertical):
         yield Static("", id="inspector-body")
 
     def show(self, steps: Sequence[InspectedStep]) -> None:
-        self.steps = list(steps)[-self.N:]
+        self.steps = list(steps)[-self.N :]
         styles = {"accepted": ACCEPTED_STYLE, "rejected": REJECTED_STYLE, "discarded": DISCARDED_STYLE}
         signs = {"accepted": "✓", "rejected": "✗", "discarded": "~"}
         text = Text()

@@ -11,8 +11,9 @@ one-hot q (transformers' PromptLookupCandidateGenerator does the same).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -33,9 +34,7 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def draft(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator
-    ) -> Draft: ...
+    def draft(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft: ...
 
 
 class NoDrafter:
@@ -81,15 +80,13 @@ class ModelDrafter:
         self.p_min = p_min
         # ids the draft must never propose: beyond the target's vocab, or special tokens whose
         # text differs between the two models (see compat.check_compatible)
-        self._banned = np.array(
-            sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64
-        )
+        self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
         self.lookup: PromptLookupDrafter | None = None  # see with_lookup
         self._from_lookup = False
         self._shadow: tuple[int, ...] = ()
 
-    def with_lookup(self, lookup: "PromptLookupDrafter", max_copy: int = 16) -> "ModelDrafter":
+    def with_lookup(self, lookup: PromptLookupDrafter, max_copy: int = 16) -> ModelDrafter:
         """Take a prompt-lookup match first when its gate trusts it: on edits and quotes the
         continuation is in the context already, and copying it costs no draft pass. A copy
         may run past the controller's k (it costs no pass) up to ``max_copy`` tokens."""
@@ -195,8 +192,9 @@ class PromptLookupDrafter:
     # Tuning choice: a 1-gram match proposes mostly noise; 2-4 grams matched well on the
     # edit/refactor prompts of the bench suite. With measured ``costs`` a LookupGate decides
     # how much of each match to propose from what matches of its length have earned.
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None,
-                 gate: LookupGate | None = None) -> None:
+    def __init__(
+        self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None, gate: LookupGate | None = None
+    ) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.gate = gate or (LookupGate(costs) if costs is not None else None)
@@ -222,8 +220,12 @@ class PromptLookupDrafter:
 
     def trusted(self, n_proposed: int) -> bool:
         """Whether the last proposal should replace a draft model's (see ModelDrafter)."""
-        return (self.gate is not None and self._last_n is not None and n_proposed >= self.MIN_COPY
-                and self.gate.alpha(self._last_n) >= self.MIN_COPY_ALPHA)
+        return (
+            self.gate is not None
+            and self._last_n is not None
+            and n_proposed >= self.MIN_COPY
+            and self.gate.alpha(self._last_n) >= self.MIN_COPY_ALPHA
+        )
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """The verify's verdict on the last proposal (the engine calls this every step)."""
@@ -258,8 +260,9 @@ class OracleDrafter:
 
     name = "oracle"
 
-    def __init__(self, prompt_len: int, reference: Sequence[int], n_vocab: int,
-                 corrupt: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self, prompt_len: int, reference: Sequence[int], n_vocab: int, corrupt: float = 0.0, seed: int = 0
+    ) -> None:
         if not 0.0 <= corrupt <= 1.0:
             raise ValueError(f"corrupt must be in [0, 1], got {corrupt}")
         self.prompt_len = prompt_len

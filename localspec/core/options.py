@@ -43,8 +43,9 @@ class Option:
 
 OPTIONS: dict[str, Option] = {
     # model and context
-    "n_ctx": Option("--ctx", int, MIN_CTX, MAX_CTX,
-                    hint="llama.cpp allocates at least 256 tokens of context whatever is asked"),
+    "n_ctx": Option(
+        "--ctx", int, MIN_CTX, MAX_CTX, hint="llama.cpp allocates at least 256 tokens of context whatever is asked"
+    ),
     # more than the machine's CPUs are lowered to its CPUs at load (clamp_threads)
     "threads": Option("--threads", int, 1, 512, optional=True),
     "gpu_layers": Option("--gpu-layers", int, -1, INT32_MAX, optional=True, hint="-1 = all"),

@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from statistics import median
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class VerifyCurve:
         age = self.age(n)
         return age is None or self.n_samples(n) < MIN_SAMPLES or age > STALE_AFTER
 
-    def copy(self) -> "VerifyCurve":
+    def copy(self) -> VerifyCurve:
         other = VerifyCurve()
         other._samples = {n: deque(s, maxlen=WINDOW) for n, s in self._samples.items()}
         other._seen = dict(self._seen)
@@ -202,7 +202,7 @@ class DraftCost:
         self._samples.append(seconds / n_evals)
         self._value = median(self._samples)
 
-    def copy(self) -> "DraftCost":
+    def copy(self) -> DraftCost:
         other = DraftCost()
         other._samples = deque(self._samples, maxlen=DRAFT_WINDOW)
         other._value = self._value
@@ -213,7 +213,7 @@ class DraftCost:
 # Tuning choice: a short filled cache like a chat's (attention over it is part of a verify's
 # cost), of real text so the tokens are distinct and ordinary; 48 tokens keep the load fast.
 CALIBRATION_TEXT = (
-    "def merge_intervals(intervals):\n    \"\"\"Merge overlapping intervals and return them sorted.\"\"\"\n"
+    'def merge_intervals(intervals):\n    """Merge overlapping intervals and return them sorted."""\n'
     "    result = []\n    for start, end in sorted(intervals):\n        if result and start <= result[-1][1]:\n"
     "            result[-1][1] = max(result[-1][1], end)\n        else:\n            result.append([start, end])\n"
     "    return result\n\nThe function sorts the intervals by their start, then walks them once. "
@@ -229,8 +229,9 @@ def calibration_tokens(model: CachedModel, n: int) -> list[int]:
     return [ids[i % len(ids)] for i in range(n)]
 
 
-def time_sizes(model: CachedModel, sizes: Iterable[int], repeats: int, prefix: int = CALIBRATION_PREFIX,
-               warmup: int = 0) -> dict[int, list[float]]:
+def time_sizes(
+    model: CachedModel, sizes: Iterable[int], repeats: int, prefix: int = CALIBRATION_PREFIX, warmup: int = 0
+) -> dict[int, list[float]]:
     """Seconds of one evaluation of n tokens with n logits rows, after ``prefix`` cached tokens
     (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
     untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
@@ -257,8 +258,14 @@ def time_sizes(model: CachedModel, sizes: Iterable[int], repeats: int, prefix: i
     return out
 
 
-def calibrate(target: CachedModel, sizes: Sequence[int] = (1, 2, 3, 4, 6, 8), draft: CachedModel | None = None,
-              repeats: int = 3, prefix: int = CALIBRATION_PREFIX, warmup: int = 0) -> tuple[VerifyCurve, DraftCost]:
+def calibrate(
+    target: CachedModel,
+    sizes: Sequence[int] = (1, 2, 3, 4, 6, 8),
+    draft: CachedModel | None = None,
+    repeats: int = 3,
+    prefix: int = CALIBRATION_PREFIX,
+    warmup: int = 0,
+) -> tuple[VerifyCurve, DraftCost]:
     """The target's verify curve and the draft's pass time, measured here (see time_sizes).
     No warm-up round by default: a first-use spike is one sample of three, which the median
     ignores, and the load stays short (about 2.5 s for the Q4 1.5B target + 0.5B draft here)."""

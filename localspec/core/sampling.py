@@ -13,8 +13,9 @@ the distribution that is sampled.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -34,7 +35,9 @@ class SamplingParams(BaseModel):
     top_p: float = Field(0.95, **bounds("top_p"), description="Nucleus: smallest set with mass >= top_p.")
     min_p: float = Field(0.05, **bounds("min_p"), description="Drop tokens below min_p x the top probability.")
     repeat_penalty: float = Field(1.0, **bounds("repeat_penalty"), description="llama.cpp-style penalty; 1 disables.")
-    repeat_last_n: int = Field(64, **bounds("repeat_last_n"), description="How many recent tokens the penalty looks at.")
+    repeat_last_n: int = Field(
+        64, **bounds("repeat_last_n"), description="How many recent tokens the penalty looks at."
+    )
     seed: int | None = Field(None, **bounds("seed"), description="RNG seed; the same seed gives the same output.")
     rule: Rule = Field(
         "speculative",
@@ -143,9 +146,7 @@ def verify_speculative(
     return Verdict(len(drafted), sample(p_target[len(drafted)], rng), True)
 
 
-def verify_match(
-    drafted: Sequence[int], p_target: Sequence[np.ndarray], rng: np.random.Generator
-) -> Verdict:
+def verify_match(drafted: Sequence[int], p_target: Sequence[np.ndarray], rng: np.random.Generator) -> Verdict:
     """Token matching: sample the target at each position, keep drafts while they agree.
 
     Lossless too (every kept token is a draw from p_target), but accepts less often than

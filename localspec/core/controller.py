@@ -13,8 +13,8 @@ memory-bound one (big model, GPU) T(n) is nearly flat and long drafts pay.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -60,8 +60,7 @@ EXPLORE_SHARE = 0.01
 def decayed_counts(accepted: float, rejected: float, n_drafted: int, n_accepted: int) -> tuple[float, float]:
     """Geometric-model MLE with fading memory: a verify gives n_accepted successes and, if it
     stopped short of the draft, one failure."""
-    return (DECAY * accepted + n_accepted,
-            DECAY * rejected + (1.0 if n_accepted < n_drafted else 0.0))
+    return (DECAY * accepted + n_accepted, DECAY * rejected + (1.0 if n_accepted < n_drafted else 0.0))
 
 
 def expected_tokens(alpha: float, k):
@@ -76,8 +75,9 @@ class CostModel:
     every mode of one target), the draft's seconds per pass, and how well the draft's
     confidence predicts acceptance."""
 
-    def __init__(self, verify: Mapping[int, float] | VerifyCurve | None = None,
-                 t_draft: float | DraftCost = 0.0) -> None:
+    def __init__(
+        self, verify: Mapping[int, float] | VerifyCurve | None = None, t_draft: float | DraftCost = 0.0
+    ) -> None:
         self.verify = verify if isinstance(verify, VerifyCurve) else VerifyCurve(verify)
         self.draft = t_draft if isinstance(t_draft, DraftCost) else DraftCost(t_draft)
         # The draft's confidence c is a biased guess of acceptance: measured rejections divided
@@ -329,16 +329,23 @@ class DraftController:
         speeds = self.speeds()
         ks = np.arange(self.max_k + 1)
         optimistic = expected_tokens(self.alpha, ks) / (
-            ks * self.costs.t_draft + self.costs.curve(self.max_k + 1)[1:] * (1.0 - EXPLORE_MARGIN))
+            ks * self.costs.t_draft + self.costs.curve(self.max_k + 1)[1:] * (1.0 - EXPLORE_MARGIN)
+        )
         curve = self.costs.verify
         # sizes above this step's are measured by padding; T(1) only once it is old (it is
         # measured whenever k = 0 is chosen, and a step without drafting is costly to force)
         old_t1 = (curve.age(1) or 0) > STALE_AFTER
         curve_T = self.costs.curve(self.max_k + 1)
         cost = [step if k == 0 else curve_T[k + 1] - curve_T[k_now + 1] for k in range(self.max_k + 1)]
-        could_win = [k for k in range(self.max_k + 1) if k != k_now and curve.uncertain(k + 1)
-                     and optimistic[k] > speeds[k_now] and (k > k_now or (k == 0 and old_t1))
-                     and cost[k] <= self._credit]
+        could_win = [
+            k
+            for k in range(self.max_k + 1)
+            if k != k_now
+            and curve.uncertain(k + 1)
+            and optimistic[k] > speeds[k_now]
+            and (k > k_now or (k == 0 and old_t1))
+            and cost[k] <= self._credit
+        ]
         if not could_win:
             return None
         return max(could_win, key=lambda k: optimistic[k]) + 1
@@ -409,9 +416,16 @@ class DraftingState:
         return f"{'on' if self.on else 'off'}: {self.why}{then}"
 
     def as_dict(self) -> dict:
-        return {"on": self.on, "k": self.k, "why": self.why, "line": self.line,
-                "next_try_in": self.next_try_in, "draft_cost": self.draft_cost,
-                "verify_cost": self.verify_cost, "expected_speedup": self.expected_speedup}
+        return {
+            "on": self.on,
+            "k": self.k,
+            "why": self.why,
+            "line": self.line,
+            "next_try_in": self.next_try_in,
+            "draft_cost": self.draft_cost,
+            "verify_cost": self.verify_cost,
+            "expected_speedup": self.expected_speedup,
+        }
 
 
 def explain(ctl: DraftController) -> DraftingState:
@@ -422,8 +436,9 @@ def explain(ctl: DraftController) -> DraftingState:
     if ctl.fixed_k is not None:
         return DraftingState(True, ctl.fixed_k, f"k={ctl.fixed_k} every step (fixed: --no-adapt)")
     if not costs.verify:
-        return DraftingState(True, min(UNMEASURED_K, ctl.max_k), "nothing measured yet: starting at "
-                             f"k={min(UNMEASURED_K, ctl.max_k)}")
+        return DraftingState(
+            True, min(UNMEASURED_K, ctl.max_k), f"nothing measured yet: starting at k={min(UNMEASURED_K, ctl.max_k)}"
+        )
     t1 = costs.T(1)
     draft_cost = costs.t_draft / t1
     model_k, speed = ctl._best_k()
@@ -431,20 +446,50 @@ def explain(ctl: DraftController) -> DraftingState:
     if model_k > 0 and ctl.drafting_pays():
         again = "a try found drafting pays again; " if ctl._resumed else ""
         cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
-        return DraftingState(True, model_k, f"{again}k={model_k}, expected {speed / base:.2f}× ({cost}checking "
-                             f"{model_k + 1} tokens costs {costs.T(model_k + 1) / t1:.2f} passes, acceptance "
-                             f"{ctl.alpha:.0%})", None, draft_cost, costs.T(model_k + 1) / t1, speed / base)
+        return DraftingState(
+            True,
+            model_k,
+            f"{again}k={model_k}, expected {speed / base:.2f}× ({cost}checking "
+            f"{model_k + 1} tokens costs {costs.T(model_k + 1) / t1:.2f} passes, acceptance "
+            f"{ctl.alpha:.0%})",
+            None,
+            draft_cost,
+            costs.T(model_k + 1) / t1,
+            speed / base,
+        )
     next_try = max(ctl._probe_every - ctl._since_draft, 1)
     if model_k > 0:  # the measured guard
-        return DraftingState(False, 0, f"drafting measured {ctl._realized:.1f} tok/s against "
-                             f"{base:.1f} tok/s for the target alone ({ctl._realized / base:.2f}×)",
-                             next_try, draft_cost, costs.T(2) / t1, speed / base)
-    costs_words = (f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else "") + \
-        f"checking 2 tokens costs {costs.T(2) / t1:.2f} passes"
+        return DraftingState(
+            False,
+            0,
+            f"drafting measured {ctl._realized:.1f} tok/s against "
+            f"{base:.1f} tok/s for the target alone ({ctl._realized / base:.2f}×)",
+            next_try,
+            draft_cost,
+            costs.T(2) / t1,
+            speed / base,
+        )
+    costs_words = (
+        f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else ""
+    ) + f"checking 2 tokens costs {costs.T(2) / t1:.2f} passes"
     best_any = max(ctl.speeds()[1:].max(), 1e-12) / base
     if not ctl.worth_trying():
         best95 = ctl.speeds(OPTIMISTIC_ALPHA)[1:].max() / base
-        return DraftingState(False, 0, f"{costs_words}; drafting would run at about {best95:.2f}× even at "
-                             f"{OPTIMISTIC_ALPHA:.0%} acceptance", None, draft_cost, costs.T(2) / t1, best95)
-    return DraftingState(False, 0, f"{costs_words}; at the measured acceptance ({ctl.alpha:.0%}) drafting "
-                         f"would run at about {best_any:.2f}×", next_try, draft_cost, costs.T(2) / t1, best_any)
+        return DraftingState(
+            False,
+            0,
+            f"{costs_words}; drafting would run at about {best95:.2f}× even at {OPTIMISTIC_ALPHA:.0%} acceptance",
+            None,
+            draft_cost,
+            costs.T(2) / t1,
+            best95,
+        )
+    return DraftingState(
+        False,
+        0,
+        f"{costs_words}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best_any:.2f}×",
+        next_try,
+        draft_cost,
+        costs.T(2) / t1,
+        best_any,
+    )

@@ -15,8 +15,8 @@ The engine yields a frozen :class:`Step` per iteration and never prints.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -53,7 +53,6 @@ class Step:
     step_seconds: float  # wall time of the whole step, prefill excluded
     finish: Finish | None = None
     measured: int = 0  # > 0: the verify was padded to this many tokens to measure its cost
-
 
     @property
     def overhead_seconds(self) -> float:
@@ -119,8 +118,9 @@ class SpeculativeEngine:
         drafted = draft.ids[:limit]  # a free copy may run past k (see drafters.Drafter)
         pad = _padding(context, drafted, choice.measure, room)
         batch = context + list(drafted) + pad
-        rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad),
-                                known=self._known(context))[: len(drafted) + 1]  # verify
+        rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad), known=self._known(context))[
+            : len(drafted) + 1
+        ]  # verify
         t2 = _costs.clock()
         verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
@@ -204,7 +204,7 @@ class _Choices:
     after a rejected draft token are never read. Each is an argmax over the whole vocabulary,
     the largest Python-side cost of a step on a fast (GPU) target."""
 
-    def __init__(self, rows, history: "_History", params: SamplingParams) -> None:
+    def __init__(self, rows, history: _History, params: SamplingParams) -> None:
         self.rows, self.history, self.params = rows, history, params
         self.seen: dict[int, int] = {}
 

@@ -9,7 +9,7 @@ the same on llama.cpp and on the scripted fakes in the tests.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

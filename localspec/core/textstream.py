@@ -8,7 +8,7 @@ that could still turn into a stop string is held back too, until it can't.
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class TextStream:
