@@ -245,7 +245,7 @@ def parse_job(kind: Kind, data: Any, served: Served) -> Job:
             param="max_tokens",
             code="invalid_value",
         )
-    if kind == "chat":
+    if isinstance(req, ChatRequest):
         messages, raw = [m.as_turn() for m in req.messages], False
     else:
         prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
@@ -368,7 +368,6 @@ def timings(
     def ms(seconds):
         return round(seconds * 1000, 3)
 
-    tps = stats.tokens_per_second
     return {
         "cache_n": cache_n,
         "prompt_n": prompt_n,

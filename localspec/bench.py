@@ -18,7 +18,7 @@ import numpy as np
 from .core.controller import CostModel, DraftController, expected_tokens
 from .core.costs import calibrate
 from .core.drafters import ModelDrafter, OracleDrafter
-from .core.engine import SpeculativeEngine
+from .core.modes import Drafting, ModeContext, ModeFactory, Reply, controller_for
 from .core.sampling import SamplingParams
 from .core.stats import RunStats
 
@@ -110,11 +110,29 @@ def parse_oracle(mode: str) -> tuple[float, int | None] | None:
     return int(pct) / 100, (int(k) if k else None)
 
 
-def oracle_factory(session, accuracy: float, reference: Sequence[int] | None, seed: int):
-    if reference is None:
-        raise ValueError("an oracle mode needs the target-only run of the same prompt first")
-    n_vocab = session.target.n_vocab
-    return lambda prompt_len: OracleDrafter(prompt_len, reference, n_vocab, 1.0 - accuracy, seed)
+class Oracle:
+    """The factory of an oracle mode: an :class:`OracleDrafter` at zero draft cost, replaying
+    the reference the bench gave it last (``replay``: the target-only reply of the prompt it
+    runs next), with a fraction ``accuracy`` of its tokens right; ``k`` fixes the draft length."""
+
+    def __init__(self, accuracy: float, k: int | None = None) -> None:
+        self.accuracy, self.k = accuracy, k
+        self.reference: Sequence[int] | None = None
+        self.seed = 0
+
+    def replay(self, reference: Sequence[int] | None, seed: int) -> None:
+        self.reference, self.seed = reference, seed
+
+    def __call__(self, ctx: ModeContext) -> Drafting:
+        n_vocab = ctx.target.n_vocab
+        return Drafting(
+            controller_for(ctx, draft_cost=False, fixed_k=self.k), lambda reply: self._drafter(reply, n_vocab)
+        )
+
+    def _drafter(self, reply: Reply, n_vocab: int) -> OracleDrafter:
+        if self.reference is None:
+            raise ValueError("an oracle mode needs the target-only run of the same prompt first")
+        return OracleDrafter(reply.prompt_len, self.reference, n_vocab, 1.0 - self.accuracy, self.seed)
 
 
 # --sweep: fixed draft configurations (k, p_min) beside auto mode, as in
@@ -137,52 +155,65 @@ def parse_fixed(mode: str) -> tuple[int, float] | None:
     return (int(m.group(1)), float(m.group(2))) if m else None
 
 
-def fixed_engine(session, k: int, p_min: float) -> SpeculativeEngine:
-    """The draft model at a fixed k, stopped only by p_min (no marginal rule, no copies), on a
-    private copy of the session's costs: what a fixed configuration measures must not teach
-    auto mode, which has to learn this machine by itself."""
-    banned = session.compat.banned_draft_ids if session.compat else ()
-    drafter = ModelDrafter(session.draft, session.target.n_vocab, p_min, banned, None)
-    costs = CostModel(session.costs.verify.copy(), session.costs.draft.copy())
-    return SpeculativeEngine(session.target, drafter, DraftController(costs, k, fixed_k=k))
+@dataclass(frozen=True)
+class FixedDraft:
+    """The factory of a fixed configuration: the draft model at a fixed k, stopped only by
+    p_min (no marginal rule, no copies), on a private copy of the session's costs: what a
+    fixed configuration measures must not teach auto mode, which has to learn this machine
+    by itself."""
+
+    k: int
+    p_min: float
+
+    def __call__(self, ctx: ModeContext) -> Drafting:
+        draft = ctx.draft
+        if draft is None:
+            raise ValueError("a fixed draft configuration needs a draft model")
+        costs = CostModel(ctx.costs.verify.copy(), ctx.costs.draft.copy())
+        n_vocab, banned = ctx.target.n_vocab, ctx.banned
+        return Drafting(
+            DraftController(costs, self.k, fixed_k=self.k),
+            lambda reply: ModelDrafter(draft, n_vocab, self.p_min, banned, None),
+        )
 
 
-def _steps(session, msgs, mode: str, params: SamplingParams, max_tokens: int, reference, engines: dict):
-    base_mode, _ = split_mode(mode)
-    fixed = parse_fixed(mode)
-    if fixed is None:
-        oracle = parse_oracle(mode)
-        make_drafter = oracle and oracle_factory(session, oracle[0], reference, params.seed or 0)
-        fixed_k = oracle[1] if oracle else None
-        return session.chat(msgs, params, max_tokens, mode=base_mode, make_drafter=make_drafter, fixed_k=fixed_k)
-    if mode not in engines:
-        engines[mode] = fixed_engine(session, *fixed)
-    return _locked(session, engines[mode], msgs, params, max_tokens)
+def register_modes(session, modes: Sequence[str]) -> None:
+    """The bench's own modes, on the session's registry beside the built-in ones: oracles,
+    fixed configurations, and 'X:match' (mode X verified by token matching, with a controller
+    of its own). None of them is the user's use of the pair."""
+    for name in modes:
+        base = split_mode(name)[0]
+        if base not in session.modes:
+            session.modes.register(base, _bench_factory(base), counts_as_use=False)
+        if name not in session.modes:
+            session.modes.register(name, session.modes[base].build, counts_as_use=False)
 
 
-def _locked(session, engine: SpeculativeEngine, msgs, params, max_tokens):
-    ids, _ = session.fit(msgs, max_tokens)
-    with session.lock:
-        yield from engine.generate(ids, params, max_tokens)
+def _bench_factory(base: str) -> ModeFactory:
+    oracle, fixed = parse_oracle(base), parse_fixed(base)
+    if oracle:
+        return Oracle(*oracle)
+    if fixed:
+        return FixedDraft(*fixed)
+    raise ValueError(f"unknown bench mode {base!r}")
 
 
 def run_once(
-    session,
-    prompt: dict,
-    mode: str,
-    params: SamplingParams,
-    max_tokens: int,
-    reference: Sequence[int] | None = None,
-    engines: dict | None = None,
+    session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int, reference: Sequence[int] | None = None
 ) -> Run:
+    """One reply in ``mode`` (registered: see ``register_modes``); an oracle replays
+    ``reference``."""
     session.reset()  # every run starts cold: no prefix reuse across modes
     params = params.model_copy(update={"rule": split_mode(mode)[1]})
+    build = session.modes[mode].build
+    if isinstance(build, Oracle):
+        build.replay(reference, params.seed or 0)
     stats = RunStats()
     tokens: list[int] = []
     text: list[str] = []
     n_rejections = 0
     msgs = [{"role": "user", "content": prompt["prompt"]}]
-    for step in _steps(session, msgs, mode, params, max_tokens, reference, {} if engines is None else engines):
+    for step in session.chat(msgs, params, max_tokens, mode=mode, repeatable=False):
         stats.add(step)
         tokens.extend(step.emitted)
         text.append(step.text)
@@ -234,10 +265,10 @@ def run_bench(
     total = len(prompts) * len(modes) * len(temperatures) * repeats + 2
     done = 0
     say = progress or (lambda *_: None)
+    register_modes(session, modes)
     say(done, total, "warm-up")
     run_once(session, prompts[0], modes[0], SamplingParams(), 8)  # page weights in, warm caches
     done += 1
-    engines: dict = {}
     collected = []
     for prompt in prompts:
         for temp in temperatures:
@@ -247,7 +278,7 @@ def run_bench(
                 for mode in modes:  # interleaved: A, B, C, A, B, C
                     say(done, total, f"{prompt['id']} {mode} t={temp}")
                     ref = runs["none"][0].tokens if runs.get("none") else None
-                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens, ref, engines))
+                    runs[mode].append(run_once(session, prompt, mode, params, max_tokens, ref))
                     done += 1
             collected.append((prompt, temp, runs))
     say(done, total, "measuring the cost curve directly")
@@ -293,7 +324,7 @@ def sweep_summary(collected) -> list[dict]:
         fixed = {m: v for m, v in med.items() if parse_fixed(m)}
         if not fixed:
             continue
-        best = max(fixed, key=fixed.get)
+        best = max(fixed, key=lambda m: fixed[m])
         auto = [r.stats["tokens_per_second"] for r in runs["draft"]]
         base = med.get("none")
         out.append(
@@ -314,24 +345,17 @@ def sweep_summary(collected) -> list[dict]:
 
 
 def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[Row]:
-    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-    base = med([r.stats["tokens_per_second"] for r in runs.get("none", [])])
+    base = _median([r.stats["tokens_per_second"] for r in runs.get("none", [])])
     ref = runs["none"][0] if "none" in runs else None
     out = []
     for mode, rs in runs.items():
         s = [r.stats for r in rs]
-        tps = med([x["tokens_per_second"] for x in s])
-        alpha = med([r.alpha for r in rs if r.alpha is not None])
-        pred = predicted_speedup(costs, alpha, mode)
+        tps = statistics.median(x["tokens_per_second"] for x in s)
+        pred = predicted_speedup(costs, _median([r.alpha for r in rs if r.alpha is not None]), mode)
         speedup = tps / base if base else None
-        identical = divergence = None
-        if temp == 0.0 and ref is not None and mode != "none":
-            differing = [r for r in rs if r.tokens != ref.tokens]
-            identical = not differing
-            if differing:
-                divergence = first_divergence(session, prompt, ref.tokens, differing[0].tokens)
-        decode = med([x["decode_seconds"] for x in s]) or 0.0
-        over = med([x["overhead_seconds"] for x in s]) or 0.0
+        identical, divergence = _identity(session, prompt, rs, ref) if temp == 0.0 and mode != "none" else (None, None)
+        decode = statistics.median(x["decode_seconds"] for x in s)
+        over = statistics.median(x["overhead_seconds"] for x in s)
         out.append(
             Row(
                 prompt["id"],
@@ -340,23 +364,38 @@ def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[
                 temp,
                 tps,
                 speedup,
-                med([x["acceptance_rate"] for x in s if x["acceptance_rate"] is not None]),
-                med([x["tokens_per_pass"] for x in s]),
-                med([x["draft_length"] for x in s]),
-                med([x["time_to_first_token"] for x in s if x["time_to_first_token"] is not None]),
-                med([x["draft_seconds"] for x in s]),
-                med([x["verify_seconds"] for x in s]),
+                _median([x["acceptance_rate"] for x in s if x["acceptance_rate"] is not None]),
+                statistics.median(x["tokens_per_pass"] for x in s),
+                statistics.median(x["draft_length"] for x in s),
+                _median([x["time_to_first_token"] for x in s if x["time_to_first_token"] is not None]),
+                statistics.median(x["draft_seconds"] for x in s),
+                statistics.median(x["verify_seconds"] for x in s),
                 over,
                 over / decode if decode else 0.0,
-                med([1000 * x["overhead_seconds"] / x["n_steps"] for x in s if x["n_steps"]]) or 0.0,
+                _median([1000 * x["overhead_seconds"] / x["n_steps"] for x in s if x["n_steps"]]) or 0.0,
                 identical,
                 divergence,
                 pred,
                 (speedup / pred) if (speedup and pred) else None,
-                int(med([x["n_tokens"] for x in s])),
+                int(statistics.median(x["n_tokens"] for x in s)),
             )
         )
     return out
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _identity(session, prompt: dict, rs: list[Run], ref: Run | None) -> tuple[bool | None, dict | None]:
+    """Greedy: whether every repeat's text is the target-only one, and where the first that
+    is not parts from it."""
+    if ref is None:
+        return None, None
+    differing = [r for r in rs if r.tokens != ref.tokens]
+    if not differing:
+        return True, None
+    return False, first_divergence(session, prompt, ref.tokens, differing[0].tokens)
 
 
 def report(rows: list[Row], costs: CostModel, session, suite, modes, temperatures, repeats) -> dict:
@@ -379,7 +418,7 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
             }
     return {
         "memory": memory_report(session),
-        "offload": getattr(getattr(session, "offload", None), "summary", None),
+        "offload": session.offload.summary if session.offload else None,
         "target": str(session.spec.target),
         "draft": str(session.spec.draft) if session.spec.draft else None,
         "suite": suite.get("name", "custom"),
@@ -417,10 +456,11 @@ def markdown(rep: dict) -> str:
         f"Target `{rep['target']}`, draft `{rep['draft']}`, suite {rep['suite']}, "
         f"{rep['max_tokens']} tokens, {rep['repeats']} repeat(s).",
         "",
-        "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred | overhead (per pass) |",
+        "| prompt | mode | temp | tok/s | speed-up | acceptance | tok/pass | identical | predicted | achieved/pred "
+        "| overhead (per pass) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    f = lambda x, p=2: "—" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))  # noqa: E731
+    f = lambda x, p=2: "—" if x is None else (f"{x:.{p}f}" if isinstance(x, float) else str(x))
     for r in rep["rows"]:
         div = r["divergence"] or {}
         ident = (
@@ -479,7 +519,7 @@ def curve_markdown(cmp: dict | None) -> list[str]:
 def sweep_markdown(sweep: list[dict] | None) -> list[str]:
     if not sweep:
         return []
-    f = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"  # noqa: E731
+    f = lambda x, p=2: "—" if x is None else f"{x:.{p}f}"
     lines = [
         "",
         "| prompt | auto tok/s | best fixed | its tok/s | auto ÷ best fixed | auto spread (max÷min) "

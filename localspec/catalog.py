@@ -27,11 +27,11 @@ class ModelRef(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    repo: str = Field("", description="Hugging Face repo id; empty for a local-only (imported) model.")
+    repo: str = Field(default="", description="Hugging Face repo id; empty for a local-only (imported) model.")
     filename: str = Field(description="File name in the repo (and on disk).")
     quant: str = Field(description="Quantization, e.g. Q4_K_M.")
     size_bytes: int = Field(ge=0, description="File size; exact when sha256 is pinned, else approximate.")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="Pinned digest, if known.")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="Pinned digest, if known.")
     params: str = Field(description='Parameter count as people say it, e.g. "1.5B".')
     family: str = Field(description="Model family; drafts come from the same family.")
     kv_bytes_per_token: int = Field(0, ge=0, description="F16 K+V cache bytes per context token.")

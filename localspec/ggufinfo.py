@@ -31,7 +31,7 @@ from .compat import Compatibility, VocabInfo, check_compatible
 from .offload import ModelLayout
 
 T = gguf.GGUFValueType
-_SCALARS = {
+_SCALARS: dict[int, str] = {
     T.UINT8: "<B",
     T.INT8: "<b",
     T.UINT16: "<H",
@@ -415,10 +415,10 @@ def read_info(path: Path | str) -> GgufInfo:
     path = Path(path)
     meta, n_params = read_metadata(path)
     arch = _text(meta.get("general.architecture", b"?"))
-    ftype = meta.get("general.file_type")
+    ftype: Any = meta.get("general.file_type")
     try:
-        quant = gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-    except ValueError:
+        quant = gguf.LlamaFileType(int(ftype)).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except (TypeError, ValueError):  # absent (None) or a type this gguf package does not know
         quant = "?" if ftype is None else f"file type {ftype}"
     ctx = meta.get(f"{arch}.context_length")
     return GgufInfo(
@@ -436,7 +436,9 @@ def read_info(path: Path | str) -> GgufInfo:
 
 
 def _kv_bytes_per_token(meta: dict, arch: str) -> int:
-    get = lambda k, d=0: meta.get(f"{arch}.{k}", d)
+    def get(key: str, default: Any = 0) -> Any:
+        return meta.get(f"{arch}.{key}", default)
+
     n_layer, n_embd, n_head = get("block_count"), get("embedding_length"), get("attention.head_count", 1)
     n_head = int(np.max(n_head)) if n_head is not None else 1  # some archs store one per layer
     n_kv = get("attention.head_count_kv", n_head)

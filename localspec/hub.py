@@ -17,6 +17,7 @@ times within one call); a new call after the process was stopped starts that fil
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -175,10 +176,8 @@ def _progress_class(on_bytes: BytesCallback | None, cancel: threading.Event | No
         def close(self):
             f = self.fp
             super().close()
-            try:
+            with contextlib.suppress(Exception):
                 f.close()
-            except Exception:
-                pass
 
     return _Progress
 

@@ -8,9 +8,11 @@ recomputed rows) and that is what makes it slower than no speculation at all.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import llama_cpp as L
@@ -95,7 +97,7 @@ def _ggml_device_api():
     """(the ggml library with its device functions typed, None) or (None, why)."""
     lib_dir = Path(getattr(L.llama_cpp, "_base_path", Path(L.__file__).parent / "lib"))
     found = [lib_dir / n for n in _GGML_NAMES if (lib_dir / n).exists()]
-    candidates = [lambda p=p: ctypes.CDLL(str(p)) for p in found]
+    candidates: list[Callable[[], ctypes.CDLL]] = [functools.partial(ctypes.CDLL, str(p)) for p in found]
     # libllama links libggml: a symbol lookup on its handle searches ggml too (static builds)
     candidates.append(lambda: L.llama_cpp._lib)
     problems = [] if found else [f"no ggml library in {lib_dir}"]
@@ -369,7 +371,7 @@ class LlamaModel(CachedModel):
                 eos_token=piece(L.llama_vocab_eos(self._vocab)),
                 bos_token=piece(L.llama_vocab_bos(self._vocab)),
             )
-            return fmt(messages=list(messages)).prompt
+            return fmt(messages=list(messages)).prompt  # type: ignore[arg-type]  # plain role/content dicts
         except Exception as e:  # the template is the file's code: any Jinja error, any exception
             raise ChatTemplateError(
                 f"{self.name}: the model's chat template failed ({type(e).__name__}: {e}); "
@@ -393,10 +395,8 @@ class LlamaModel(CachedModel):
             self._ctx = self._model = None
 
     def __del__(self) -> None:  # best effort; close() is the real API
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
 
 # llama_tokenize takes the text length as int32

@@ -201,10 +201,10 @@ def choose_layers(
 ) -> tuple[int, int, int, str]:
     """(target layers, draft layers, GPU bytes they take, reason) by the module's policy."""
     if free <= 0:  # the device reports no figure: llama.cpp's own default, everything
-        t = target.total if t_fixed is None else target.layers(t_fixed)
-        d = 0 if draft is None else draft.total if d_fixed is None else draft.layers(d_fixed)
+        t_all = target.total if t_fixed is None else target.layers(t_fixed)
+        d_all = 0 if draft is None else draft.total if d_fixed is None else draft.layers(d_fixed)
         why = "the GPU reports no free-memory figure: all layers offloaded"
-        return t, d, pair_cost(target, t, draft, d, n_ctx), why
+        return t_all, d_all, pair_cost(target, t_all, draft, d_all, n_ctx), why
     budget = usable_gpu_bytes(free)
     t = None if t_fixed is None else target.layers(t_fixed)
     d = None if draft is None or d_fixed is None else draft.layers(d_fixed)

@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,7 +234,7 @@ def sse(data: dict | str) -> bytes:
     return f"data: {text}\n\n".encode()
 
 
-def error_response(e: ApiError, headers: dict | None = None) -> JSONResponse:
+def error_response(e: ApiError, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(e.body, e.status, headers=headers)
 
 
@@ -344,7 +344,12 @@ class Api:
             raise
         head = Head.new(kind, self.served.model_id)
         if job.stream:
-            return EventStream(self.events(job, run, head), lambda: (run.close(), ticket.close()))
+
+            def close() -> None:
+                run.close()
+                ticket.close()
+
+            return EventStream(self.events(job, run, head), close)
         try:
             return JSONResponse(await until_disconnected(request, self.collect(job, run, head)))
         finally:
@@ -447,7 +452,7 @@ def make_app(session, served: Served, config: ServerConfig = ServerConfig()) -> 
                 allow_headers=["authorization", "content-type"],
             )
         )
-    handlers = {
+    handlers: dict[Any, Callable[..., Any]] = {
         ApiError: _on_api_error,
         HTTPException: _on_http_error,
         ClientGone: _on_client_gone,

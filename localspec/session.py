@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Literal
 
 from .compat import Compatibility, check_compatible
-from .core.controller import CostModel, DraftController, DraftingState, LookupGate, explain
-from .core.costs import DraftCost, calibrate
-from .core.drafters import DEFAULT_P_MIN, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .core.controller import CostModel, DraftingState, explain
+from .core.costs import calibrate
 from .core.engine import SpeculativeEngine, Step
+from .core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, Reply, builtin_modes, repeatable
+from .core.options import DraftOptions, ModelOptions, values
 from .core.sampling import SamplingParams
 from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
 from .profiles import ProfileStore, Use, machine_id, model_key
@@ -48,17 +49,17 @@ class PairSpec:
         return "draft" if self.draft else "lookup" if self.lookup else "none"
 
 
-@dataclass(frozen=True)
-class LoadOptions:
-    n_ctx: int = 4096
-    threads: int | None = None
-    gpu_layers: int | None = None  # target's n_gpu_layers; None: the offload plan's choice
-    draft_gpu_layers: int | None = None  # the draft's; -1 = all, None: the plan's choice
-    max_k: int = 16
-    adaptive: bool = True
-    p_min: float = DEFAULT_P_MIN
-    copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
-    overflow: Literal["drop_oldest", "refuse"] = "drop_oldest"
+class LoadOptions(ModelOptions, DraftOptions):
+    """What a load takes: the model and drafting groups of ``localspec.core.options``, flat
+    (``options.n_ctx``, ``options.max_k``), with their defaults and ranges. The app and the CLI
+    build it with :func:`load_options`."""
+
+
+def load_options(model: ModelOptions, draft: DraftOptions) -> LoadOptions:
+    """A load's options from the two groups: the app's settings (a ModelOptions) and their
+    ``draft``, or the groups the CLI builds from its flags. The one place either front end
+    turns its options into a load, so neither can leave one out."""
+    return LoadOptions(**values(model, ModelOptions), **values(draft, DraftOptions))
 
 
 def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
@@ -79,12 +80,6 @@ def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
         draft_layers=options.draft_gpu_layers,
     )
 
-
-# Tuning choice: beside a draft model, copies start distrusted (alpha 0.5 < the 0.75 a copy
-# needs) and earn trust from being scored against what the model's steps kept, for free. With
-# the default prior, long early copies on an edit prompt were rejected, which dragged the
-# draft model's own acceptance and measured speed down until drafting switched off.
-COPY_PRIOR = (1.0, 1.0)
 
 # Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
 # interpolated, then measured when they could win (DraftController._explore). Sizes past 8 pay
@@ -116,8 +111,10 @@ class Session:
         self.lock = threading.Lock()  # one generation at a time per pair of caches
         curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
         self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
-        self._controllers: dict[tuple[str, int], DraftController] = {}  # by (mode, max_k)
-        self._gates: dict[str, LookupGate] = {}
+        self._costs_at_load = CostModel(curve.points(), draft_cost.seconds)  # a copy: seeded replies (modes.repeatable)
+        self.modes: ModeRegistry = builtin_modes()  # the bench registers its own beside these
+        self._drafting: dict[tuple[DraftingMode, int], Drafting] = {}  # by mode and longest draft
+        self._repeatable: dict[tuple[DraftingMode, int], Drafting] = {}  # the same, for seeded replies
         self.save_profile()
 
     @classmethod
@@ -197,58 +194,45 @@ class Session:
     def engine(
         self,
         mode: Mode | str | None = None,
-        drafter=None,
-        fixed_k: int | None = None,
         n_max: int | None = None,
         p_min: float | None = None,
+        prompt_len: int = 0,
+        repeatable: bool = False,
     ) -> SpeculativeEngine:
-        """The engine for ``mode``; ``drafter`` replaces the mode's own (the bench's oracle),
-        with its own controller under that mode name. A draft cost of zero unless 'draft'.
-        ``fixed_k`` drafts that many tokens every step whatever the options say. ``n_max`` and
-        ``p_min`` replace the options' longest draft and draft confidence for this engine (a
-        server request's ``speculative.n_max`` / ``.p_min``); each longest draft keeps a
-        controller of its own, since what it learns (acceptance, measured speed) depends on it."""
-        mode = mode or self.mode
+        """The engine for ``mode`` (a name in ``self.modes``; default: the pair's). ``n_max``
+        and ``p_min`` replace the options' longest draft and draft confidence for this engine
+        (a server request's ``speculative.n_max`` / ``.p_min``); ``prompt_len`` is the reply's
+        prompt (the bench's oracle replays what follows it). ``repeatable``: draft lengths that
+        follow no timing, so a seeded sampled reply repeats (``modes.repeatable``)."""
+        drafting = self._repeatable_drafting(mode, n_max) if repeatable else self.drafting(mode, n_max)
+        reply = Reply(prompt_len, self.options.p_min if p_min is None else p_min)
+        return SpeculativeEngine(self.target, drafting.new_drafter(reply), drafting.controller)
+
+    def drafting(self, mode: Mode | str | None = None, n_max: int | None = None) -> Drafting:
+        """The state of ``mode`` at longest draft ``n_max`` (default: the options'), built on
+        first use: each longest draft keeps a controller of its own, since what it learns
+        (acceptance, measured speed) depends on it."""
+        spec = self.modes[mode or self.mode]
         max_k = n_max or self.options.max_k
-        if (mode, max_k) not in self._controllers:
-            fixed = 0 if mode == "none" else (None if self.options.adaptive else max_k)
-            fixed = fixed_k if fixed_k is not None else fixed
-            # one target, so one table of verify times shared by every mode; the cost of a
-            # draft token is the draft model's, and zero for prompt lookup
-            costs = CostModel(self.costs.verify, self.costs.draft if mode == "draft" else DraftCost())
-            self._controllers[(mode, max_k)] = DraftController(costs, max_k, fixed)
-        controller = self._controllers[(mode, max_k)]
-        p_min = self.options.p_min if p_min is None else p_min
-        drafter = drafter or self._drafter(mode, controller.costs, max_k, p_min)
-        return SpeculativeEngine(self.target, drafter, controller)
+        if (spec, max_k) not in self._drafting:
+            self._drafting[spec, max_k] = spec.build(self._mode_context(max_k))
+        return self._drafting[spec, max_k]
+
+    def _repeatable_drafting(self, mode: Mode | str | None, n_max: int | None) -> Drafting:
+        spec = self.modes[mode or self.mode]
+        max_k = n_max or self.options.max_k
+        if (spec, max_k) not in self._repeatable:
+            self._repeatable[spec, max_k] = repeatable(spec, self._mode_context(max_k), self._costs_at_load)
+        return self._repeatable[spec, max_k]
+
+    def _mode_context(self, max_k: int) -> ModeContext:
+        banned = self.compat.banned_draft_ids if self.compat else frozenset()
+        o = self.options
+        return ModeContext(self.target, self.draft, self.costs, max_k, o.adaptive, o.copy, banned)
 
     def drafting_state(self, mode: Mode | str | None = None, n_max: int | None = None) -> DraftingState:
         """Why drafting is on or off for ``mode`` now (controller.explain), for the UI to show."""
-        key = (mode or self.mode, n_max or self.options.max_k)
-        controller = self._controllers.get(key) or self.engine(mode, n_max=n_max).controller
-        return explain(controller)
-
-    def _drafter(self, mode: Mode, costs: CostModel, max_k: int, p_min: float):
-        if mode == "draft":
-            if self.draft is None:
-                raise ValueError("this session has no draft model")
-            banned = self.compat.banned_draft_ids if self.compat else ()
-            # with --no-adapt the draft length is the user's: p_min alone stops a draft
-            rule_costs = costs if self.options.adaptive else None
-            drafter = ModelDrafter(self.draft, self.target.n_vocab, p_min, banned, rule_costs)
-            # adaptive: copy from the context when a match has earned it, else the model
-            if not (self.options.adaptive and self.options.copy):
-                return drafter
-            return drafter.with_lookup(self._lookup(mode, costs, COPY_PRIOR), max_k)
-        if mode == "lookup":
-            return self._lookup(mode, costs) if self.options.adaptive else PromptLookupDrafter()
-        return NoDrafter()
-
-    def _lookup(self, mode: str, costs: CostModel, prior=None) -> PromptLookupDrafter:
-        """Prompt lookup with this mode's gate, which keeps what it learnt across turns."""
-        if mode not in self._gates:
-            self._gates[mode] = LookupGate(costs, *([prior] if prior else []))
-        return PromptLookupDrafter(gate=self._gates[mode])
+        return explain(self.drafting(mode, n_max).controller)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)
@@ -277,22 +261,25 @@ class Session:
         messages: Sequence[dict],
         params: SamplingParams = SamplingParams(),
         max_tokens: int = 512,
-        mode: Mode | None = None,
+        mode: Mode | str | None = None,
         raw: bool = False,
         stop: Sequence[str] = (),
-        make_drafter: Callable[[int], object] | None = None,
-        fixed_k: int | None = None,
         n_max: int | None = None,
         p_min: float | None = None,
+        repeatable: bool | None = None,
     ) -> Iterator[Step]:
-        """``make_drafter(prompt_len)``: a drafter in place of the mode's (the bench's oracle);
-        ``n_max`` / ``p_min``: this reply's drafting limits (see ``engine``)."""
+        """The reply to ``messages`` in ``mode``, step by step; ``n_max`` / ``p_min``: this
+        reply's drafting limits (see ``engine``). A sampled reply with a seed is repeatable
+        (the same seed, the same reply, in this session) unless ``repeatable=False`` (the
+        bench, which measures the adaptive drafting at every temperature)."""
         ids, _ = self.fit(messages, max_tokens, raw)
-        drafter = make_drafter(len(ids)) if make_drafter else None
+        counted = self.modes[mode or self.mode].counts_as_use  # the bench's modes are not the user's use
+        if repeatable is None:
+            repeatable = params.seed is not None and not params.greedy
         with self.lock:
-            engine = self.engine(mode, drafter, fixed_k, n_max, p_min)
+            engine = self.engine(mode, n_max, p_min, prompt_len=len(ids), repeatable=repeatable)
             for step in engine.generate(ids, params, max_tokens, stop):
-                if drafter is None and fixed_k is None:  # the bench's variants are not the user's use
+                if counted:
                     self._count(mode, step)
                 yield step
 

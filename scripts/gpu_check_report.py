@@ -21,7 +21,7 @@ def main(paths: list[str]) -> int:
     if not reports:
         print("no bench results to summarise")
         return 1
-    for path, rep in reports:
+    for _path, rep in reports:
         print("\n".join(target_section(rep)), end="\n\n")
     print("\n".join(verdicts(reports)))
     return 0
@@ -59,7 +59,7 @@ def by_mode(rep: dict) -> dict[str, list[dict]]:
 
 
 def mode_line(mode: str, rows: list[dict]) -> str:
-    med = lambda key: _median([r[key] for r in rows if r.get(key) is not None])  # noqa: E731
+    med = lambda key: _median([r[key] for r in rows if r.get(key) is not None])
     ups = [r["speedup"] for r in rows if r.get("speedup")]
     ident = [r["identical"] for r in rows if r.get("identical") is not None]
     return (

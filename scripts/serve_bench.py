@@ -103,7 +103,7 @@ def ask(url: str, body: dict, api_key: str | None) -> tuple[dict, float]:
         with urllib.request.urlopen(req, timeout=3600) as r:
             out = json.loads(r.read())
     except urllib.error.HTTPError as e:
-        raise SystemExit(f"the server refused the request: {e.code} {e.read().decode()}")
+        raise SystemExit(f"the server refused the request: {e.code} {e.read().decode()}") from None
     return out, time.perf_counter() - t0
 
 
@@ -178,7 +178,8 @@ def markdown(summary: dict, prompt_id: str, max_tokens: int) -> str:
         f"Edit request `{prompt_id}` through `localspec serve` (greedy, max_tokens {max_tokens}; "
         "medians of the measured rounds)",
         "",
-        "| mode | tokens | tok/s (server) | tok/s (end to end) | speed-up vs none | acceptance | tokens/pass | same text as none |",
+        "| mode | tokens | tok/s (server) | tok/s (end to end) | speed-up vs none | acceptance | tokens/pass "
+        "| same text as none |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for mode, s in summary.items():

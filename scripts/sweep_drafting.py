@@ -20,9 +20,10 @@ from localspec.core.controller import CostModel, DraftController, LookupGate
 from localspec.core.costs import DraftCost
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.modes import COPY_PRIOR
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
-from localspec.session import COPY_PRIOR, LoadOptions, PairSpec, Session
+from localspec.session import LoadOptions, PairSpec, Session
 
 VARIANTS = ("none", "adaptive", "adaptive-p0", "hybrid")
 

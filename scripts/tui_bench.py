@@ -26,17 +26,47 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from localspec.core.controller import DraftingState
 from localspec.core.engine import Step
 from localspec.session import PairSpec
 from localspec.settings import Settings
 from localspec.store import ChatStore
 
-WORDS = ["speculative", "decoding", "lets", "a", "small", "draft", "model", "propose", "tokens", "that", "the", "large", "target", "verifies", "in", "one", "pass", "so", "the", "reply", "arrives", "faster", "without", "changing", "what", "is", "sampled"]
+WORDS = [
+    "speculative",
+    "decoding",
+    "lets",
+    "a",
+    "small",
+    "draft",
+    "model",
+    "propose",
+    "tokens",
+    "that",
+    "the",
+    "large",
+    "target",
+    "verifies",
+    "in",
+    "one",
+    "pass",
+    "so",
+    "the",
+    "reply",
+    "arrives",
+    "faster",
+    "without",
+    "changing",
+    "what",
+    "is",
+    "sampled",
+]
 CODE = [
     "```python\n",
     "def",
@@ -77,6 +107,8 @@ class PacedSession:
     baseline_note = "bench: fixed"
     spec = PairSpec(Path("bench-target.gguf"), Path("bench-draft.gguf"))
     mode = "draft"
+    opens_thinking = False
+    offload = None
 
     def __init__(self, n_tokens: int, rate: float, burst: int, seed: int = 0) -> None:
         self.rng = random.Random(seed)
@@ -85,6 +117,10 @@ class PacedSession:
         self.baseline_tokens_per_second = rate / 2.5
         self._text: dict[int, str] = {}
         self.yield_times: list[tuple[float, int]] = []  # (t, cumulative chars)
+        self.lock = threading.Lock()
+
+    def drafting_state(self, mode=None, n_max=None) -> DraftingState:
+        return DraftingState(True, self.burst - 1, "bench: a paced fake")
 
     def token_text(self, t: int) -> str:
         return self._text.get(t, "?")
@@ -176,17 +212,17 @@ async def bench(args) -> dict:
                 painted.append((time.perf_counter(), len(view.text)))
 
         ReplyView.refresh_token_view = recording_paint
-        app.send("go")  # not pilot.press: the pilot waits for an idle screen, which a stream never is
+        app.chat_screen.send("go")  # not pilot.press: the pilot waits for an idle screen, which a stream never is
         refresh0 = panel.refresh_count
         cpu0, wall0 = time.process_time(), time.perf_counter()
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
-        while app.generating or app.reply is not None:
+        while app.chat_screen.generating or app.chat_screen.reply_view is not None:
             await asyncio.sleep(0.01)
         wall = time.perf_counter() - wall0
         cpu = time.process_time() - cpu0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         refreshes = panel.refresh_count - refresh0
-        text = app.history[-1].content
+        text = app.conversation.history[-1].content
         Markdown.append = original
         ReplyView.refresh_token_view = original_paint
     on_screen = painted if args.colours else shown
@@ -232,10 +268,10 @@ async def real_chat(args) -> None:
         await pilot.pause(0.5)
         if args.inspector:
             await pilot.press("f3")
-        app.send(args.prompt)
-        while app.generating or app.reply is not None:
+        app.chat_screen.send(args.prompt)
+        while app.chat_screen.generating or app.chat_screen.reply_view is not None:
             await asyncio.sleep(0.1)
-        app._refresh_panels(force=True)
+        app.chat_screen.refresh_panels(force=True)
         await pilot.pause(0.5)
         values = app.query_one(StatsPanel).values
         if args.screenshot:

@@ -28,3 +28,61 @@ def online(monkeypatch):
             return False
 
     monkeypatch.setattr(hub.socket, "create_connection", lambda addr, timeout: Conn())
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny real target and its draft (a noisy copy of the same vocabulary), 512 tokens of
+    context, written once per test run: llama.cpp runs on them in milliseconds. Never write
+    to them; a test that needs other parameters writes its own."""
+    from tiny_gguf import write_tiny_gguf
+
+    d = tmp_path_factory.mktemp("gguf")
+    return (
+        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
+        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
+    )
+
+
+# --- the hub, faked (see fake_hub.py) ------------------------------------------------------------
+@pytest.fixture
+def hub_online(monkeypatch):
+    """Offline mode off (``_isolated_dirs`` turns it on) and no checkout models folder: the
+    download tests choose reachability themselves, with ``online`` or ``unreachable``."""
+    from localspec import downloads, hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(downloads, "checkout_models_dir", lambda: None)
+
+
+@pytest.fixture
+def settings(tmp_path):
+    """Settings with the models and the hub cache under tmp_path."""
+    from localspec.settings import Settings
+
+    return Settings(models_dir=tmp_path / "models", hub_cache_dir=tmp_path / "hub")
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """localspec.hub talks to a FakeHub (fake_hub.py); put files in its ``files``."""
+    from fake_hub import FakeHub
+
+    from localspec import hub
+
+    fake = FakeHub()
+    monkeypatch.setattr(hub, "hf_hub_download", fake.hf_hub_download)
+    monkeypatch.setattr(hub, "try_to_load_from_cache", fake.try_to_load_from_cache)
+    return fake
+
+
+@pytest.fixture
+def unreachable(monkeypatch):
+    """The hub's reachability probe fails as with no network."""
+    from localspec import hub
+
+    def refuse(addr, timeout):
+        raise OSError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(hub.socket, "create_connection", refuse)

@@ -37,6 +37,7 @@ class FakeSession:
     # where the layers are, as Session.offload: a CPU-only build unless a test sets a GPU plan
     offload: OffloadPlan | None = field(default_factory=lambda: cpu_plan(None, None, CPU_BUILD, has_draft=True))
     gate: threading.Event | None = None  # when set: each step after the first waits for it
+    opens_thinking: bool = False  # the chat template opens the <think> block (Session.opens_thinking)
     # what drafting_state says after the n-th step of a reply (the last one from then on;
     # before any step, the first); mode "none" always says OFF_NONE
     drafting: list[DraftingState] = field(default_factory=lambda: [ON_K4])
@@ -44,6 +45,8 @@ class FakeSession:
     calls: list[dict] = field(default_factory=list)
     closed: bool = False
     generator_closed: int = 0
+    # Session.lock; the script does not take it (a test holds it to play a generation running)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._texts: dict[int, str] = {}
@@ -151,7 +154,7 @@ QWEN3_ANSWER = "Hello! How are you?"
 NOT_DRAFTING = [([p], 0, 0) for p in ["Hello", ",", " world", "!", " How", " are", " you", "?"]]
 
 # What the controller says (DraftingState, written out as controller.explain would):
-ON_K4 = DraftingState(
+ON_K4: DraftingState = DraftingState(
     True,
     4,
     "k=4, expected 1.62× (a draft token costs 0.05 of a target pass, checking 5 "

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from localspec.core.drafters import Draft
+from localspec.core.drafters import Draft, DrafterBase
 from localspec.core.protocol import CachedModel
 
 EOS = 0
@@ -53,7 +53,7 @@ class FakeModel(CachedModel):
         return token == EOS
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(DrafterBase):
     """Proposes whatever ``propose(context, k)`` returns, deterministically (q = one-hot)."""
 
     name = "scripted"
@@ -110,7 +110,7 @@ class TimedModel(FakeModel):
         return super()._decode(tokens, start, n_logits)
 
 
-class NoisyOracleDrafter:
+class NoisyOracleDrafter(DrafterBase):
     """Proposes the target's greedy continuation with each token wrong with probability
     1 - alpha (fixed per position, so geometric acceptance), at ``t_draft`` virtual seconds
     per proposed token, reported as draft passes so the cost model learns them."""

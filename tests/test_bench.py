@@ -1,12 +1,13 @@
 """Bench smoke test on tiny GGUFs: structure of the report, greedy texts identical. Never timed."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
-from tiny_gguf import write_tiny_gguf
 
 from localspec import bench
 from localspec.cli import main
+from localspec.core.modes import builtin_modes
 
 SUITE = {
     "name": "tiny",
@@ -16,15 +17,6 @@ SUITE = {
         {"id": "p2", "category": "chat", "prompt": "hello world the model is fast"},
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gguf")
-    return (
-        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
-    )
 
 
 class TestSuite:
@@ -46,7 +38,7 @@ class TestSuite:
 
 
 class TestBenchCli:
-    def test_report_structure_and_greedy_identity(self, pair, tmp_path, capsys):
+    def test_report_structure_and_greedy_identity(self, tiny_pair, tmp_path, capsys):
         suite = tmp_path / "suite.json"
         suite.write_text(json.dumps(SUITE))
         out = tmp_path / "r.json"
@@ -55,9 +47,9 @@ class TestBenchCli:
             [
                 "bench",
                 "--target",
-                str(pair[0]),
+                str(tiny_pair[0]),
                 "--draft",
-                str(pair[1]),
+                str(tiny_pair[1]),
                 "--lookup",
                 "--threads",
                 "1",
@@ -91,7 +83,7 @@ class TestBenchCli:
 
 
 class TestSweep:
-    def test_fixed_configurations_beside_auto_and_the_curve_beside_the_direct_one(self, pair, tmp_path):
+    def test_fixed_configurations_beside_auto_and_the_curve_beside_the_direct_one(self, tiny_pair, tmp_path):
         suite = tmp_path / "suite.json"
         suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
         out, md = tmp_path / "r.json", tmp_path / "r.md"
@@ -99,9 +91,9 @@ class TestSweep:
             [
                 "bench",
                 "--target",
-                str(pair[0]),
+                str(tiny_pair[0]),
                 "--draft",
-                str(pair[1]),
+                str(tiny_pair[1]),
                 "--sweep",
                 "--threads",
                 "1",
@@ -130,14 +122,28 @@ class TestSweep:
         text = md.read_text()
         assert "auto ÷ best fixed" in text and "engine ÷ direct" in text
 
-    def test_sweep_needs_a_draft_model(self, pair, capsys):
-        assert main(["bench", "--target", str(pair[0]), "--lookup", "--sweep"]) == 2
+    def test_sweep_needs_a_draft_model(self, tiny_pair, capsys):
+        assert main(["bench", "--target", str(tiny_pair[0]), "--lookup", "--sweep"]) == 2
         assert "--sweep" in capsys.readouterr().err
 
     def test_fixed_mode_names_round_trip(self):
         assert bench.parse_fixed(bench.fixed_mode(4, 0.75)) == (4, 0.75)
         assert bench.parse_fixed(bench.fixed_mode(2, 0.0)) == (2, 0.0)
         assert bench.parse_fixed("draft") is None and bench.parse_fixed("oracle-100/4") is None
+
+
+class TestModes:
+    def test_the_bench_registers_its_modes_beside_the_built_in_ones(self):
+        session = SimpleNamespace(modes=builtin_modes())
+        bench.register_modes(session, ["none", "draft", "draft:match", "fixed-k4-p0.75", "oracle-100/4"])
+        modes = session.modes
+        assert modes["draft:match"].build is modes["draft"].build and not modes["draft:match"].counts_as_use
+        assert modes["fixed-k4-p0.75"].build == bench.FixedDraft(4, 0.75)  # its configuration is its key
+        oracle = modes["oracle-100/4"].build
+        assert isinstance(oracle, bench.Oracle) and (oracle.accuracy, oracle.k) == (1.0, 4)
+        assert modes["draft"].counts_as_use and not modes["oracle-100/4"].counts_as_use
+        with pytest.raises(ValueError, match="unknown bench mode 'sometimes'"):
+            bench.register_modes(session, ["sometimes"])
 
 
 class TestFlags:
@@ -149,14 +155,14 @@ class TestFlags:
             (["--repeats", "0"], "error: --repeats must be at least 1 (got 0)"),
         ],
     )
-    def test_bench_flags_are_checked_before_anything_loads(self, pair, capsys, flags, message):
-        assert main(["bench", "--target", str(pair[0]), *flags]) == 2
+    def test_bench_flags_are_checked_before_anything_loads(self, tiny_pair, capsys, flags, message):
+        assert main(["bench", "--target", str(tiny_pair[0]), *flags]) == 2
         err = capsys.readouterr().err
         assert err.startswith(message) and "Traceback" not in err
 
 
 class TestOracleModes:
-    def test_oracle_acceptance_follows_the_fraction_and_texts_match(self, pair, tmp_path):
+    def test_oracle_acceptance_follows_the_fraction_and_texts_match(self, tiny_pair, tmp_path):
         suite = tmp_path / "suite.json"
         suite.write_text(json.dumps(SUITE))
         out = tmp_path / "r.json"
@@ -164,7 +170,7 @@ class TestOracleModes:
             [
                 "bench",
                 "--target",
-                str(pair[0]),
+                str(tiny_pair[0]),
                 "--oracle",
                 "100/4",
                 "--oracle",
@@ -190,8 +196,8 @@ class TestOracleModes:
             assert none["acceptance_rate"] == 0.0 and none["tokens_per_pass"] == 1.0
             assert full["overhead_ms_per_step"] > 0
 
-    def test_bad_oracle_percentage_is_refused(self, pair, capsys):
-        rc = main(["bench", "--target", str(pair[0]), "--oracle", "120"])
+    def test_bad_oracle_percentage_is_refused(self, tiny_pair, capsys):
+        rc = main(["bench", "--target", str(tiny_pair[0]), "--oracle", "120"])
         assert rc == 2
         assert "0 to 100" in capsys.readouterr().err
-        assert main(["bench", "--target", str(pair[0]), "--oracle", "50/0"]) == 2
+        assert main(["bench", "--target", str(tiny_pair[0]), "--oracle", "50/0"]) == 2

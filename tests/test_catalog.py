@@ -173,12 +173,14 @@ size_bytes = "big"
             ),
             ('[[pairs]]\nname = "P"\nfamily = "f"\ntarget = "mine"\ndrafts = ["mine"]\n', "pairs[0]", "field 'id'"),
             (
-                '[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\nsha256 = "abc"\n',
+                '[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\n'
+                'sha256 = "abc"\n',
                 "models.x",
                 "field 'sha256'",
             ),
             (
-                '[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\ncolour = "red"\n',
+                '[models.x]\nfilename = "x.gguf"\nquant = "Q8_0"\nparams = "1B"\nfamily = "f"\nsize_bytes = 1\n'
+                'colour = "red"\n',
                 "models.x",
                 "field 'colour'",
             ),

@@ -39,7 +39,7 @@ class TestList:
     def test_default_pair_marked_and_nothing_on_disk(self, capsys, models_dir):
         assert main(["models", "list"]) == 0
         out = capsys.readouterr().out
-        line = next(l for l in out.splitlines() if "qwen2.5-coder-1.5b " in l)
+        line = next(row for row in out.splitlines() if "qwen2.5-coder-1.5b " in row)
         assert line.startswith("*") and line.rstrip().endswith("-")
         assert "RAM:" in out and "gemma-3-27b" in out and "smollm2-1.7b" in out
 
@@ -47,14 +47,14 @@ class TestList:
         sparse(models_dir / TARGET_NAME, 1117320768)
         sparse(models_dir / DRAFT_NAME, 491400064)
         assert main(["models", "list"]) == 0
-        line = next(l for l in capsys.readouterr().out.splitlines() if "qwen2.5-coder-1.5b " in l)
+        line = next(row for row in capsys.readouterr().out.splitlines() if "qwen2.5-coder-1.5b " in row)
         assert line.rstrip().endswith("present") and "1.8 GB" in line
 
     @pytest.mark.parametrize("ram, fits", [(64 * 10**9, "yes"), (2 * 10**9, "no"), (None, "?")])
     def test_fits_in_memory(self, capsys, monkeypatch, ram, fits):
         monkeypatch.setattr(cli_models, "total_memory_bytes", lambda: ram)
         main(["models", "list"])
-        line = next(l for l in capsys.readouterr().out.splitlines() if "qwen2.5-coder-1.5b " in l)
+        line = next(row for row in capsys.readouterr().out.splitlines() if "qwen2.5-coder-1.5b " in row)
         assert f"  {fits}  " in line  # 1.8 GB needed
 
     def test_total_memory_is_read(self):

@@ -162,16 +162,13 @@ class TestExpectedHere:
         main(["doctor"])
         assert "nothing measured yet: open a pair once" in capsys.readouterr().out
 
-    def test_a_pair_used_here_gets_expected_figures_and_a_recommendation(self, tmp_path, capsys):
-        from tiny_gguf import write_tiny_gguf
-
+    def test_a_pair_used_here_gets_expected_figures_and_a_recommendation(self, tiny_pair, capsys):
         from localspec.core.sampling import SamplingParams
         from localspec.profiles import PROFILES_FILE, ProfileStore
         from localspec.session import LoadOptions, PairSpec, Session
         from localspec.settings import data_dir
 
-        t = write_tiny_gguf(tmp_path / "t.gguf", seed=0, n_ctx=512)
-        d = write_tiny_gguf(tmp_path / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
+        t, d = tiny_pair
         store = ProfileStore(data_dir() / PROFILES_FILE)
         s = Session.load(PairSpec(t, d), LoadOptions(n_ctx=512), profiles=store)
         list(s.chat([{"role": "user", "content": "hello there"}], SamplingParams(temperature=0.0), 40))

@@ -2,101 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
-from pathlib import Path
 
-import httpx2
 import pytest
-from huggingface_hub.errors import RemoteEntryNotFoundError
+from fake_hub import DATA, DIGEST, REPO, ref
 from test_pypi_fallback import FakePip, build_wheel
 
 from localspec import downloads, hub, pypi_fallback
 from localspec.catalog import ModelRef
-from localspec.settings import Settings
 
-REPO = "acme/tiny-GGUF"
-DATA = bytes(range(256)) * 64  # 16 KiB "model"
-DIGEST = hashlib.sha256(DATA).hexdigest()
-CHUNK = 4096  # the fake hub sends 4 chunks
-
-
-@pytest.fixture(autouse=True)
-def _online_by_default(monkeypatch):
-    """conftest isolates the directories and turns offline mode on; these tests choose."""
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(downloads, "checkout_models_dir", lambda: None)
-
-
-def ref(filename="tiny.gguf", sha256=DIGEST, size=len(DATA)) -> ModelRef:
-    return ModelRef(
-        repo=REPO, filename=filename, quant="F32", size_bytes=size, sha256=sha256, params="1M", family="tiny"
-    )
-
-
-@pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(models_dir=tmp_path / "models", hub_cache_dir=tmp_path / "hub")
-
-
-class FakeHub:
-    """The two huggingface_hub functions localspec.hub uses, over a real cache layout."""
-
-    def __init__(self) -> None:
-        self.files: dict[tuple[str, str], bytes] = {}
-        self.calls = 0
-        self.drop_at: int | None = None  # the connection breaks once this many bytes are in
-        self.resume_from: dict[tuple[str, str], int] = {}
-
-    def snapshot(self, cache_dir, repo, filename) -> Path:
-        return Path(cache_dir) / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc123" / filename
-
-    def try_to_load_from_cache(self, repo, filename, cache_dir=None):
-        path = self.snapshot(cache_dir, repo, filename)
-        return str(path) if path.exists() else None
-
-    def hf_hub_download(self, repo, filename, cache_dir=None, etag_timeout=None, endpoint=None, tqdm_class=None):
-        self.calls += 1
-        if (repo, filename) not in self.files:
-            url = f"https://huggingface.co/{repo}/resolve/main/{filename}"
-            raise RemoteEntryNotFoundError(
-                "404 Entry Not Found", response=httpx2.Response(404, request=httpx2.Request("HEAD", url))
-            )
-        data = self.files[repo, filename]
-        pos = self.resume_from.pop((repo, filename), 0)
-        bar = tqdm_class(total=len(data), initial=pos)
-        while pos < len(data):
-            if self.drop_at is not None and pos >= self.drop_at:
-                self.resume_from[repo, filename], self.drop_at = pos, None
-                raise OSError("Connection reset by peer")
-            bar.update(CHUNK)
-            pos += CHUNK
-        bar.close()
-        blob = Path(cache_dir) / f"models--{repo.replace('/', '--')}" / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        blob.write_bytes(data)
-        link = self.snapshot(cache_dir, repo, filename)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(blob)
-        return str(link)
-
-
-@pytest.fixture
-def fake_hub(monkeypatch) -> FakeHub:
-    fake = FakeHub()
-    monkeypatch.setattr(hub, "hf_hub_download", fake.hf_hub_download)
-    monkeypatch.setattr(hub, "try_to_load_from_cache", fake.try_to_load_from_cache)
-    return fake
-
-
-@pytest.fixture
-def unreachable(monkeypatch):
-    def refuse(addr, timeout):
-        raise OSError("[Errno -2] Name or service not known")
-
-    monkeypatch.setattr(hub.socket, "create_connection", refuse)
+pytestmark = pytest.mark.usefixtures("hub_online")  # conftest turns offline mode on; these tests choose
 
 
 class TestLocate:

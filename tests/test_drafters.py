@@ -1,16 +1,51 @@
-"""Prompt lookup and the model drafter's confidence stop."""
+"""The drafter seam, prompt lookup and the model drafter's confidence stop."""
+
+import inspect
 
 import numpy as np
 import pytest
-from fakes import FakeModel
+from fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, VirtualClock, hashed_logits
 from hypothesis import given
 from hypothesis import strategies as st
 
-from localspec.core.controller import CostModel
-from localspec.core.drafters import ModelDrafter, PromptLookupDrafter, find_latest_ngram
+from localspec.core.controller import CostModel, DraftController, LookupGate
+from localspec.core.drafters import (
+    Drafter,
+    ModelDrafter,
+    NoDrafter,
+    OracleDrafter,
+    PromptLookupDrafter,
+    find_latest_ngram,
+)
+from localspec.core.engine import SpeculativeEngine
 from localspec.core.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
+
+# every drafter, the tests' fakes included; typed as the Protocol so mypy checks each of them
+DRAFTERS: tuple[Drafter, ...] = (
+    NoDrafter(),
+    ModelDrafter(FakeModel(hashed_logits(0, 8), 8), 8),
+    PromptLookupDrafter(),
+    OracleDrafter(1, [2, 3], 8),
+    ScriptedDrafter(lambda context, k: ()),
+    NoisyOracleDrafter(hashed_logits(0, 8), 1.0, VirtualClock(), 0.0),
+)
+
+
+class TestDrafterProtocol:
+    @pytest.mark.parametrize("drafter", DRAFTERS, ids=lambda d: type(d).__name__)
+    def test_every_drafter_has_the_protocol_s_methods_with_its_parameters(self, drafter):
+        assert isinstance(drafter, Drafter)
+        for method in ("draft", "prefill", "observe"):
+            want = list(inspect.signature(getattr(Drafter, method)).parameters)[1:]  # without self
+            assert list(inspect.signature(getattr(drafter, method)).parameters) == want, method
+
+    def test_the_hooks_of_a_drafter_without_them_do_nothing(self):
+        drafter = OracleDrafter(1, [2, 3], 8)
+        drafter.prefill([1])
+        drafter.observe(2, 1, (2, 5))
+        assert drafter.draft([1], 2, GREEDY, None).ids == (2, 3)  # the hooks changed nothing
 
 
 class TestPromptLookup:
@@ -103,12 +138,6 @@ class TestOracleDrafter:
     """The bench's oracle: a controlled acceptance at zero draft cost."""
 
     def _run(self, corrupt, k=4, n=40, fixed=True):
-        from fakes import hashed_logits
-
-        from localspec.core.controller import DraftController
-        from localspec.core.drafters import OracleDrafter
-        from localspec.core.engine import SpeculativeEngine
-
         fn = hashed_logits(3, 50)
         prompt = [5, 6, 7]
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 50)).generate(prompt, GREEDY, n) for t in s.emitted]
@@ -137,8 +166,6 @@ class TestOracleDrafter:
         assert 0.2 < rate < 0.9
 
     def test_corrupted_positions_do_not_depend_on_k(self):
-        from localspec.core.drafters import OracleDrafter
-
         a = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
         b = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
         assert a.draft([0, 1], 8, GREEDY, None).ids[:3] == b.draft([0, 1], 3, GREEDY, None).ids
@@ -146,8 +173,6 @@ class TestOracleDrafter:
         assert 5 <= n_wrong <= 25  # about half of 30
 
     def test_stops_proposing_once_the_reply_leaves_the_reference(self):
-        from localspec.core.drafters import OracleDrafter
-
         o = OracleDrafter(2, [10, 11, 12, 13, 14], 100)
         assert o.draft([0, 1, 10], 2, GREEDY, None).ids == (11, 12)
         assert o.draft([0, 1, 10, 11, 99], 2, GREEDY, None).ids == ()
@@ -155,8 +180,6 @@ class TestOracleDrafter:
         assert o.draft([0, 1, 10, 11, 99, 5], 2, GREEDY, None).ids == ()
 
     def test_rejects_a_bad_fraction(self):
-        from localspec.core.drafters import OracleDrafter
-
         with pytest.raises(ValueError, match="corrupt"):
             OracleDrafter(0, [1], 10, corrupt=1.5)
 
@@ -165,8 +188,6 @@ class TestLookupGate:
     """Prompt lookup proposes as much of a match as matches of its length have earned."""
 
     def _gate(self, curve=None):
-        from localspec.core.controller import LookupGate
-
         return LookupGate(CostModel(curve or {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8, 16: 3.0}))
 
     def test_a_length_that_keeps_failing_is_blocked_and_a_good_one_is_not(self):
@@ -186,9 +207,21 @@ class TestLookupGate:
         assert len(tries) >= 2
         assert tries[1] - tries[0] > tries[0]  # the gap grows
 
-    def test_unknown_lengths_start_from_the_prior_and_no_costs_means_no_gate(self):
-        from localspec.core.controller import LookupGate
+    def test_one_token_tries_spend_at_most_their_budget_where_a_row_is_dear(self):
+        # Q4-like: a verify row costs 0.42 T(1); each matching step earns 1 % of T(1)
+        gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
+        for _ in range(3):
+            gate.observe(2, 1, 0)  # rejected: blocked
+        tries = sum(gate.length(2, 4) for _ in range(400))
+        assert 1 <= tries <= 400 * 0.01 / 0.42 + 2  # the budget, plus the credit it may start with
 
+    def test_one_rejection_blocks_an_unseen_length_where_a_row_is_dear(self):
+        gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
+        assert gate.length(2, 4) == 1  # alpha 0.5 from the prior: (1 + 0.5) / 1.42 > 1
+        gate.observe(2, 1, 0)
+        assert gate.length(2, 4) == 0  # alpha 0.33: (1 + 0.33) / 1.42 < 1
+
+    def test_unknown_lengths_start_from_the_prior_and_no_costs_means_no_gate(self):
         assert self._gate().length(3, 5) > 0
         assert LookupGate(CostModel()).length(3, 5) == 5
 
@@ -201,26 +234,23 @@ class TestLookupGate:
         assert self._gate().length(3, 4) > 0  # the same acceptance pays where a row is cheap
 
     def test_drafter_reports_the_verdict_to_the_length_it_used(self):
-        d = PromptLookupDrafter(max_ngram=3, min_ngram=2, costs=CostModel({1: 1.0, 2: 1.1, 4: 1.3}))
+        gate = LookupGate(CostModel({1: 1.0, 2: 1.1, 4: 1.3}))
+        d = PromptLookupDrafter(max_ngram=3, min_ngram=2, gate=gate)
         ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]  # only a 2-gram match ("2 3")
-        assert d.draft(ctx, 3, GREEDY, None).ids == (7, 8, 2)
-        d.observe(3, 0)
-        assert d.gate.counts[2][1] > 1.0 and 3 not in d.gate.counts
+        assert d.draft(ctx, 3, GREEDY, None).ids == (7, 8)  # alpha 0.5: E(2) / T(3) beats E(3) / T(4)
+        d.observe(2, 0)
+        assert gate.counts[2][1] > 1.0 and 3 not in gate.counts
 
     def test_greedy_output_is_the_targets_with_the_gate(self):
-        from fakes import FakeModel, hashed_logits
-
-        from localspec.core.controller import DraftController
-        from localspec.core.engine import SpeculativeEngine
-
         fn = hashed_logits(5, 12, order=2)  # a small vocabulary repeats n-grams often
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5})
-        drafter = PromptLookupDrafter(min_ngram=2, costs=costs)
+        gate = LookupGate(costs)
+        drafter = PromptLookupDrafter(min_ngram=2, gate=gate)
         engine = SpeculativeEngine(FakeModel(fn, 12), drafter, DraftController(costs, 8))
         steps = list(engine.generate([3, 4, 5], GREEDY, 60))
         assert [t for s in steps for t in s.emitted] == ref
-        assert sum(len(s.drafted) for s in steps) > 0 and drafter.gate.counts
+        assert sum(len(s.drafted) for s in steps) > 0 and gate.counts
 
 
 class TestModelDrafterWithLookup:
@@ -240,7 +270,8 @@ class TestModelDrafterWithLookup:
 
     def _drafter(self, model):
         costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        return ModelDrafter(model, 20, p_min=0.0, costs=costs).with_lookup(PromptLookupDrafter(costs=costs))
+        trusting = LookupGate(costs, (3.0, 1.0))  # unseen match lengths start at alpha 0.75: copied
+        return ModelDrafter(model, 20, p_min=0.0, costs=costs).with_lookup(PromptLookupDrafter(gate=trusting))
 
     def test_a_trusted_match_is_copied_past_k_without_a_draft_pass(self):
         model, calls = self.counting_model()
@@ -266,11 +297,6 @@ class TestModelDrafterWithLookup:
         assert d.lookup.gate.counts[3][1] > 0.95 * rejected
 
     def test_greedy_output_is_the_targets(self):
-        from fakes import hashed_logits
-
-        from localspec.core.controller import DraftController
-        from localspec.core.engine import SpeculativeEngine
-
         fn = hashed_logits(5, 12, order=2)
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}, t_draft=0.1)
@@ -294,6 +320,7 @@ class TestModelDrafterWithLookup:
     def test_copies_stop_at_max_copy(self):
         model, _ = self.counting_model()
         costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, t_draft=0.2)  # rows are free
-        d = ModelDrafter(model, 20, costs=costs).with_lookup(PromptLookupDrafter(costs=costs), max_copy=3)
+        trusting = PromptLookupDrafter(gate=LookupGate(costs, (3.0, 1.0)))  # alpha 0.75: copied
+        d = ModelDrafter(model, 20, costs=costs).with_lookup(trusting, max_copy=3)
         ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
         assert d.draft(ctx, 1, GREEDY, None).ids == (4, 5, 6)

@@ -145,6 +145,8 @@ class TestRollback:
 
 
 class TestAdaptive:
+    # The measured guard in the engine (drafting that measures slower is switched off, and the
+    # text stays the target's) is test_controller.py::TestMeasuredGuard, on timed fakes.
     def test_adaptive_engine_stays_exact(self):
         fn = hashed_logits(seed=11, n_vocab=V)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))

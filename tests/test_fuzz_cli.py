@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_gguf import write_tiny_gguf
 
 import localspec
 from localspec.cli import build_parser
-from localspec.cli.run import MODEL_FLAGS, REPLY_FLAGS
+from localspec.cli import flags as cli_flags
+from localspec.cli.run import LOAD_GROUPS, REPLY_GROUPS
 from localspec.core import options
 
 TIME_LIMIT = 10.0  # seconds: the issue's bound for a clean refusal
@@ -71,10 +71,13 @@ def _value(name: str):
     )
 
 
-FLAG_OF = {**MODEL_FLAGS, **REPLY_FLAGS}
+# the options `run` checks, in its order; each flag's value is stored under its option's name
+CHECKED = [
+    name for group in (*LOAD_GROUPS, *REPLY_GROUPS) for name in cli_flags.flagged(group) if name in options.OPTIONS
+]
 # Allowed values, small where size costs time on the tiny models (each case must stay fast)
 ALLOWED = {
-    "ctx": st.sampled_from([256, 257, 300, 512, 4096, options.MAX_CTX]),
+    "n_ctx": st.sampled_from([256, 257, 300, 512, 4096, options.MAX_CTX]),
     "max_tokens": st.integers(1, 48),
     "threads": st.sampled_from([1, 2, 3, 64, 512]),
     "seed": st.integers(0, options.UINT64_MAX),
@@ -82,10 +85,10 @@ ALLOWED = {
 }
 
 
-def _allowed(attr: str):
-    opt = options.OPTIONS[FLAG_OF[attr]]
-    if attr in ALLOWED:
-        return ALLOWED[attr]
+def _allowed(name: str):
+    opt = options.OPTIONS[name]
+    if name in ALLOWED:
+        return ALLOWED[name]
     if opt.kind is int:
         return st.integers(opt.lo, min(opt.hi, 10_000))
     return st.floats(opt.lo, opt.hi, exclude_min=opt.lo_open)
@@ -113,13 +116,13 @@ PROMPTS = st.one_of(
 def cases(draw) -> Case:
     flags: list[str] = []
     in_range = draw(st.booleans())  # half the cases run a reply, half are refusals of some kind
-    for attr, name in FLAG_OF.items():
+    for name in CHECKED:
         if draw(st.booleans()):
-            value = draw(_allowed(attr) if in_range else _value(name))
+            value = draw(_allowed(name) if in_range else _value(name))
             flags.append(f"{options.OPTIONS[name].flag}={_num(value)}")  # '=': '-inf' is no flag
-        elif attr == "max_tokens":  # not the default 512: replies stay short, cases fast
+        elif name == "max_tokens":  # not the default 512: replies stay short, cases fast
             flags.append(f"--max-tokens={draw(ALLOWED['max_tokens'])}")
-        elif attr == "threads":  # not every CPU: on a busy machine their spin-waits dominate
+        elif name == "threads":  # not every CPU: on a busy machine their spin-waits dominate
             flags.append("--threads=1")
     for flag in ("--raw", "--no-adapt", "--no-copy", "--json"):
         if draw(st.booleans()):
@@ -134,15 +137,6 @@ def cases(draw) -> Case:
 
 
 # --- running one case -------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gguf")
-    return (
-        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
-    )
-
-
 @pytest.fixture(scope="module", autouse=True)
 def report():
     yield
@@ -151,29 +145,29 @@ def report():
         Path(path).write_text(json.dumps(FIGURES, indent=1, default=dict))
 
 
-def argv(case: Case, pair) -> list[str]:
-    mode = {"draft": ["--draft", str(pair[1])], "lookup": ["--lookup"], "none": ["--no-draft"], "plain": []}
+def argv(case: Case, tiny_pair) -> list[str]:
+    mode = {"draft": ["--draft", str(tiny_pair[1])], "lookup": ["--lookup"], "none": ["--no-draft"], "plain": []}
     prompt = "-" if case.stdin else case.prompt
-    return ["run", "--target", str(pair[0]), *mode[case.mode], *case.flags, "--", prompt]
+    return ["run", "--target", str(tiny_pair[0]), *mode[case.mode], *case.flags, "--", prompt]
 
 
-def expected_refusal(case: Case, pair) -> str | None:
+def expected_refusal(case: Case, tiny_pair) -> str | None:
     """options.check's message for the first flag out of range, in cmd_run's order."""
-    args = build_parser().parse_args(argv(case, pair))
-    for attr, name in FLAG_OF.items():
-        problem = options.check(name, getattr(args, attr))
+    args = build_parser().parse_args(argv(case, tiny_pair))
+    for name in CHECKED:
+        problem = options.check(name, getattr(args, name))
         if problem:
             return f"error: {problem}"
     return None
 
 
-def run_case(case: Case, pair) -> None:
+def run_case(case: Case, tiny_pair) -> None:
     data = case.prompt if isinstance(case.prompt, bytes) else case.prompt.encode()
     env = {**os.environ, "PYTHONPATH": str(SOURCE_ROOT)}
     t0 = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "localspec", *argv(case, pair)],
+            [sys.executable, "-m", "localspec", *argv(case, tiny_pair)],
             env=env,
             input=data if case.stdin else b"",
             capture_output=True,
@@ -194,7 +188,7 @@ def run_case(case: Case, pair) -> None:
     assert done.returncode >= 0, f"killed by signal {-done.returncode}: {context}"
     assert "Traceback" not in err, context
     assert done.returncode == 0 or seconds < TIME_LIMIT, context
-    refusal = expected_refusal(case, pair)
+    refusal = expected_refusal(case, tiny_pair)
     if refusal:
         assert done.returncode == 2 and errors == [refusal], context
     elif done.returncode == 0:
@@ -230,16 +224,16 @@ CI = settings(
 
 class TestRunNeverAborts:
     @pytest.mark.parametrize("case", issue_cases(), ids=lambda c: " ".join(c.flags)[:30] + f" {c.mode}")
-    def test_the_issues_command_lines(self, pair, case):
-        run_case(case, pair)
+    def test_the_issues_command_lines(self, tiny_pair, case):
+        run_case(case, tiny_pair)
 
     @CI
     @given(case=cases())
-    def test_drawn_command_lines(self, pair, case):
-        run_case(case, pair)
+    def test_drawn_command_lines(self, tiny_pair, case):
+        run_case(case, tiny_pair)
 
     @pytest.mark.fuzz
     @settings(CI, max_examples=LONG_CASES, derandomize=False)
     @given(case=cases())
-    def test_many_drawn_command_lines(self, pair, case):
-        run_case(case, pair)
+    def test_many_drawn_command_lines(self, tiny_pair, case):
+        run_case(case, tiny_pair)

@@ -8,8 +8,8 @@ and ``models check``: the outcome is a result or GgufError / ModelFileError / ex
 line, and Python's traced memory peak stays under MEMORY_LIMIT.
 
 The CI set is 150 derandomized files for the readers and 40 for the commands (~10 s: no
-model is loaded); the longer run is ``pytest -m fuzz tests/test_fuzz_gguf.py`` (LOCALSPEC_FUZZ_EXAMPLES files, default 500;
-LOCALSPEC_FUZZ_REPORT=path.json writes its figures).
+model is loaded); the longer run is ``pytest -m fuzz tests/test_fuzz_gguf.py``
+(LOCALSPEC_FUZZ_EXAMPLES files, default 500; LOCALSPEC_FUZZ_REPORT=path.json writes its figures).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def report():
 
 def readers_property(path: Path) -> None:
     for read in (ggufinfo.read_info, ggufinfo.read_model_layout, ggufinfo.vocab_info):
-        out = within_memory(lambda: read(path))
+        out = within_memory(functools.partial(read, path))
         if isinstance(out, Exception):
             assert str(path) in str(out) and "\n" not in str(out)
     out = within_memory(lambda: preflight.check_model_file(path, 4096, available_bytes=10**15))
@@ -235,7 +235,7 @@ def cli_property(path: Path, other: Path, capsys) -> None:
         ["models", "check", str(path), str(other)],
         ["models", "check", str(other), str(path)],
     ):
-        rc = within_memory(lambda: main(argv))
+        rc = within_memory(functools.partial(main, argv))
         err = capsys.readouterr().err
         assert rc in (0, 1, 2), (argv, rc, err)
         if rc == 2:

@@ -1,21 +1,41 @@
-"""Option ranges and their messages (localspec/core/options.py): one table, used by the CLI, the
-settings model, SamplingParams and the settings screens, so each refuses the same values in
-the same words."""
+"""Options (localspec/core/options.py): one pydantic model per group, each field with its
+default, description, range and flag. The ranges and messages of ``check`` are read from the
+fields, and the CLI flags, the settings and LoadOptions are made from them, so every entry
+point refuses the same values in the same words."""
 
 from __future__ import annotations
 
+import argparse
 import math
+from pathlib import Path
 
 import pytest
+from annotated_types import Ge, Gt, Le
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from localspec.cli import build_parser
+from localspec.cli import flags as cli_flags
+from localspec.cli.run import LOAD_GROUPS, REPLY_GROUPS, RUN_MAX_TOKENS, spec_and_options
 from localspec.core import options
-from localspec.core.options import OPTIONS, OptionError, check, clamp_threads, parse, require
-from localspec.core.sampling import SamplingParams
-from localspec.settings import DraftSettings, Settings
+from localspec.core.options import (
+    GROUPS,
+    OPTIONS,
+    DraftOptions,
+    ModelOptions,
+    OptionError,
+    ReplyOptions,
+    SamplingParams,
+    check,
+    clamp_threads,
+    flag_of,
+    parse,
+    require,
+)
+from localspec.session import LoadOptions, load_options
+from localspec.settings import Settings
 
 
 class TestMessages:
@@ -97,27 +117,39 @@ class TestParseFormText:
         assert str(e.value).startswith(message)
 
 
-# every option that is also a pydantic field, with the model that holds it
+# every option that is a pydantic field, with the model that holds it: the groups, and the
+# models made from them
 FIELDS = [
-    (Settings, "n_ctx", "n_ctx"),
-    (Settings, "threads", "threads"),
-    (Settings, "max_tokens", "max_tokens"),
-    (Settings, "gpu_layers", "gpu_layers"),
-    (Settings, "draft_gpu_layers", "draft_gpu_layers"),
-    (DraftSettings, "max_k", "max_k"),
-    (DraftSettings, "p_min", "p_min"),
-] + [
-    (SamplingParams, f, f)
-    for f in ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed")
+    (model, name)
+    for model in (*GROUPS, Settings, LoadOptions)
+    for name in model.model_fields
+    if name in OPTIONS and not (model is Settings and name in SamplingParams.model_fields)
 ]
 
 
 class TestOnePlaceDefinesEachRange:
-    @pytest.mark.parametrize("model, field, name", FIELDS, ids=[f"{m.__name__}.{f}" for m, f, _ in FIELDS])
+    def test_every_number_of_every_group_is_an_option_with_a_flag_and_help(self):
+        names = [name for group in GROUPS for name in group.model_fields]
+        assert len(names) == len(set(names))  # check() finds an option by its field's name
+        numbers = [(g, n, f) for g in GROUPS for n, f in g.model_fields.items() if f.annotation in (int, float)]
+        for group, name, field in numbers:
+            assert name in OPTIONS and flag_of(field) is not None and field.description, f"{group.__name__}.{name}"
+
+    @pytest.mark.parametrize("name", sorted(OPTIONS))
+    def test_check_reads_the_range_from_the_field(self, name):
+        field = next(g.model_fields[name] for g in GROUPS if name in g.model_fields)
+        opt = OPTIONS[name]
+        bounds = {type(m): m for m in field.metadata if isinstance(m, (Ge, Gt, Le))}
+        assert opt.hi == bounds[Le].le
+        assert (opt.lo, opt.lo_open) == ((bounds[Gt].gt, True) if Gt in bounds else (bounds[Ge].ge, False))
+        assert (opt.flag, opt.hint) == (flag_of(field).name, flag_of(field).hint)
+        assert opt.optional == (field.default is None)
+
+    @pytest.mark.parametrize("model, field", FIELDS, ids=[f"{m.__name__}.{f}" for m, f in FIELDS])
     @hsettings(max_examples=60, deadline=None)
     @given(data=st.data())
-    def test_pydantic_accepts_exactly_what_check_accepts(self, model, field, name, data):
-        opt = OPTIONS[name]
+    def test_pydantic_accepts_exactly_what_check_accepts(self, model, field, data):
+        opt = OPTIONS[field]
         lo = opt.lo if opt.lo is not None else -(10**6)
         near = st.sampled_from([lo, opt.hi, lo - 1, opt.hi + 1, 0])
         values = (
@@ -131,16 +163,117 @@ class TestOnePlaceDefinesEachRange:
             pydantic_ok = True
         except ValidationError:
             pydantic_ok = False
-        assert pydantic_ok == (check(name, value) is None)
+        assert pydantic_ok == (check(field, value) is None)
 
-    def test_each_checked_cli_flag_is_its_options_flag(self):
-        from localspec.cli import build_parser
-        from localspec.cli.run import MODEL_FLAGS, REPLY_FLAGS
 
-        run = build_parser()._subparsers._group_actions[0].choices["run"]
-        flags = {a.dest: a.option_strings for a in run._actions}
-        for attr, name in {**MODEL_FLAGS, **REPLY_FLAGS}.items():
-            assert OPTIONS[name].flag in flags[attr]
+def command(name: str) -> argparse.ArgumentParser:
+    return build_parser()._subparsers._group_actions[0].choices[name]
+
+
+# the groups whose flags each command has; the defaults a command sets for itself
+COMMAND_GROUPS = {"run": LOAD_GROUPS + REPLY_GROUPS, "bench": LOAD_GROUPS, "serve": LOAD_GROUPS}
+OWN_DEFAULTS = {("run", "max_tokens"): RUN_MAX_TOKENS, ("bench", "temperature"): None, ("bench", "max_tokens"): None}
+
+
+class TestFlagsComeFromTheFields:
+    """Every flag that sets an option is made from its field: spelling, type, default, help,
+    choices; its value is stored under the field's name and checked against the field's range."""
+
+    @pytest.mark.parametrize("cmd", sorted(COMMAND_GROUPS))
+    def test_each_command_has_a_flag_for_every_field_of_its_groups(self, cmd):
+        dests = {a.dest for a in command(cmd)._actions}
+        for group in COMMAND_GROUPS[cmd]:
+            assert set(cli_flags.flagged(group)) <= dests, group.__name__
+
+    @pytest.mark.parametrize("cmd", sorted(COMMAND_GROUPS))
+    def test_spelling_type_default_help_and_choices(self, cmd):
+        fields = {name: f for g in GROUPS for name, f in g.model_fields.items() if flag_of(f)}
+        made = [a for a in command(cmd)._actions if a.dest in fields]
+        assert made
+        for action in made:
+            field, flag = fields[action.dest], flag_of(fields[action.dest])
+            assert action.option_strings == [flag.name]
+            assert action.default == OWN_DEFAULTS.get((cmd, action.dest), field.default)
+            if (cmd, action.dest) in OWN_DEFAULTS:
+                continue  # the command's own default, and its own help saying so
+            if field.annotation is bool:  # a switch turns the field away from its default
+                assert action.const is (not field.default) and action.help == flag.help
+            elif action.choices:
+                assert tuple(action.choices) == ("speculative", "match") and action.dest == "rule"
+            else:
+                assert action.type is OPTIONS[action.dest].kind
+            said = field.description.rstrip(".")
+            assert flag.help or said[1:] in action.help.replace("%%", "%"), action.dest
+
+    def test_the_default_is_said_in_the_help(self):
+        helps = {a.dest: a.help for a in command("run")._actions}
+        assert helps["n_ctx"] == "context window in tokens (default 4096)"
+        assert helps["max_k"] == "longest draft per step; 0 never drafts (default 16)"
+        assert helps["max_tokens"].endswith(f"(default {RUN_MAX_TOKENS})")
+        assert helps["threads"].startswith("CPU threads; automatic:")  # None: the help says what happens
+
+    @pytest.mark.parametrize("name", sorted(OPTIONS))
+    def test_one_past_the_fields_range_is_refused_in_its_flags_words(self, name):
+        opt = OPTIONS[name]
+        step = 1 if opt.kind is int else 0.5
+        args = command("run").parse_args(["--target", "t.gguf", f"{opt.flag}={opt.hi + step}", "hi"])
+        assert cli_flags.check(args, *LOAD_GROUPS, *REPLY_GROUPS) == f"error: {check(name, opt.hi + step)}"
+        assert cli_flags.check(args, *LOAD_GROUPS, *REPLY_GROUPS).startswith(f"error: {opt.flag} must be ≤")
+
+    def test_the_groups_are_built_back_from_the_flags(self):
+        args = command("run").parse_args(
+            ["--target", "t.gguf", "--temp", "0.7", "--seed", "3", "--rule", "match", "--repeat-last-n", "8", "hi"]
+        )
+        assert cli_flags.from_args(SamplingParams, args) == SamplingParams(
+            temperature=0.7, seed=3, rule="match", repeat_last_n=8
+        )
+        assert cli_flags.from_args(ReplyOptions, args) == ReplyOptions(max_tokens=RUN_MAX_TOKENS)
+
+    def test_a_field_without_a_flag_is_not_a_flag(self):
+        assert "overflow" not in cli_flags.flagged(ModelOptions)
+        with pytest.raises(ValueError, match="not a command-line option"):
+            cli_flags.add_flag(argparse.ArgumentParser(), ModelOptions, "overflow")
+
+
+# a value other than the default for every field of the model and drafting groups
+NOT_DEFAULT = {
+    "gpu_layers": 3,
+    "draft_gpu_layers": 0,
+    "threads": 2,
+    "n_ctx": 512,
+    "max_k": 4,
+    "adaptive": False,
+    "p_min": 0.5,
+    "copy": False,
+}
+
+
+class TestLoadOptions:
+    """One builder (session.load_options) turns the app's settings and the CLI's flags into a
+    load's options: neither can leave one out (the app used to drop ``copy``)."""
+
+    def test_it_has_every_field_of_both_groups(self):
+        assert set(LoadOptions.model_fields) == set(ModelOptions.model_fields) | set(DraftOptions.model_fields)
+        assert LoadOptions() == load_options(ModelOptions(), DraftOptions())
+        assert set(NOT_DEFAULT) | {"overflow"} == set(LoadOptions.model_fields)
+
+    def test_the_apps_load_options_carry_every_setting_copy_included(self):
+        from localspec.tui.app import LocalspecApp
+
+        model = {k: v for k, v in NOT_DEFAULT.items() if k in ModelOptions.model_fields}
+        draft = DraftOptions(**{k: v for k, v in NOT_DEFAULT.items() if k in DraftOptions.model_fields})
+        app = LocalspecApp(Settings(**model, overflow="refuse", draft=draft))
+        opts = app._load_options()
+        assert opts == LoadOptions(**NOT_DEFAULT, overflow="refuse")
+        assert opts.copy is False
+
+    def test_the_clis_load_options_carry_every_flag(self):
+        flags = ["--gpu-layers", "3", "--draft-gpu-layers", "0", "--threads", "2", "--ctx", "512"]
+        flags += ["--draft-max", "4", "--no-adapt", "--p-min", "0.5", "--no-copy"]
+        args = command("run").parse_args(["--target", "t.gguf", *flags, "hi"])
+        spec, opts = spec_and_options(args)
+        assert spec.target == Path("t.gguf") and opts == LoadOptions(**NOT_DEFAULT)
+        assert spec_and_options(command("run").parse_args(["--target", "t.gguf", "hi"]))[1] == LoadOptions()
 
 
 class TestThreads:

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from tiny_gguf import write_tiny_gguf
 
 from localspec.core.sampling import SamplingParams
 from localspec.profiles import (
@@ -81,31 +80,22 @@ class TestExpected:
         assert expected(cpu, "d", Profile("d", "x", draft_pass=0.04)).speedup == pytest.approx(1.0)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gguf")
-    return (
-        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
-    )
-
-
 class TestSessionKeepsProfiles:
-    def test_load_measures_and_close_adds_the_use(self, pair, tmp_path):
+    def test_load_measures_and_close_adds_the_use(self, tiny_pair, tmp_path):
         store = ProfileStore(tmp_path / "profiles.json")
-        s = Session.load(PairSpec(pair[0], pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
-        target_key = model_key(pair[0], s.machine, 1, s.offload.target_layers)
-        draft_key = model_key(pair[1], s.machine, 1, s.offload.draft_layers)
+        s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        target_key = model_key(tiny_pair[0], s.machine, 1, s.offload.target_layers)
+        draft_key = model_key(tiny_pair[1], s.machine, 1, s.offload.draft_layers)
         assert set(store.get(target_key).verify) >= {1, 2, 4, 8}
         assert store.get(draft_key).draft_pass > 0
         steps = list(s.chat([{"role": "user", "content": "hello"}], GREEDY, 12))
         s.close()
-        use = store.get(target_key).use[str(pair[1].resolve())]
+        use = store.get(target_key).use[str(tiny_pair[1].resolve())]
         assert use.tokens == sum(len(x.emitted) for x in steps) and use.seconds > 0
         assert use.drafted == sum(len(x.drafted) for x in steps)
 
-    def test_no_store_no_file(self, pair, tmp_path):
-        s = Session.load(PairSpec(pair[0]), LoadOptions(n_ctx=512, threads=1))
+    def test_no_store_no_file(self, tiny_pair, tmp_path):
+        s = Session.load(PairSpec(tiny_pair[0]), LoadOptions(n_ctx=512, threads=1))
         s.close()
         assert not list(tmp_path.rglob("profiles.json"))
 

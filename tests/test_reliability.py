@@ -15,17 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_downloads import (  # noqa: F401 - fixtures
-    DATA,
-    DIGEST,
-    _online_by_default,
-    fake_hub,
-    ref,
-    settings,
-    unreachable,
-)
+from fake_hub import DATA, DIGEST, ref
 from test_pypi_fallback import FakePip, build_wheel
-from tiny_gguf import write_tiny_gguf
 
 from localspec import downloads, hub, pypi_fallback
 from localspec.settings import Settings, load_settings
@@ -77,6 +68,7 @@ class _FullDisk:
         return False
 
 
+@pytest.mark.usefixtures("hub_online")
 class TestDownloadFaults:
     def test_interrupted_fallback_resumes_with_the_parts_it_has(self, settings, fake_hub, unreachable, index):
         source, pip = index
@@ -174,16 +166,7 @@ class TestSettingsFiles:
 
 
 # --- input text through `localspec run` ------------------------------------------------------
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gguf")
-    return (
-        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=512),
-        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512),
-    )
-
-
-def run_cli(tiny, *args, stdin: bytes | None = None, monkeypatch=None):
+def run_cli(tiny_pair, *args, stdin: bytes | None = None, monkeypatch=None):
     from localspec.cli import main
 
     if stdin is not None:
@@ -193,9 +176,9 @@ def run_cli(tiny, *args, stdin: bytes | None = None, monkeypatch=None):
             [
                 "run",
                 "--target",
-                str(tiny[0]),
+                str(tiny_pair[0]),
                 "--draft",
-                str(tiny[1]),
+                str(tiny_pair[1]),
                 "--threads",
                 "1",
                 "--ctx",
@@ -211,17 +194,17 @@ def run_cli(tiny, *args, stdin: bytes | None = None, monkeypatch=None):
 
 class TestInputText:
     @pytest.mark.parametrize("prompt", ["", "   \n\t "])
-    def test_empty_prompt_is_a_clear_error(self, tiny, capsys, prompt):
-        assert run_cli(tiny, prompt) == 2
+    def test_empty_prompt_is_a_clear_error(self, tiny_pair, capsys, prompt):
+        assert run_cli(tiny_pair, prompt) == 2
         assert "the prompt is empty" in capsys.readouterr().err
 
-    def test_empty_stdin_is_a_clear_error(self, tiny, capsys, monkeypatch):
-        assert run_cli(tiny, "-", stdin=b"", monkeypatch=monkeypatch) == 2
+    def test_empty_stdin_is_a_clear_error(self, tiny_pair, capsys, monkeypatch):
+        assert run_cli(tiny_pair, "-", stdin=b"", monkeypatch=monkeypatch) == 2
         assert "the prompt is empty" in capsys.readouterr().err
 
-    def test_100kb_prompt_with_small_context_is_a_clear_message(self, tiny, capsys):
+    def test_100kb_prompt_with_small_context_is_a_clear_message(self, tiny_pair, capsys):
         prompt = ("the model is fast " * 6000)[:100_000]
-        rc = run_cli(tiny, prompt)
+        rc = run_cli(tiny_pair, prompt)
         err = capsys.readouterr().err
         assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
         # 100 KB is far past the tiny model's own 512 tokens: raising --ctx would not help
@@ -232,7 +215,7 @@ class TestInputText:
         )
 
     def test_a_prompt_too_long_is_refused_before_the_draft_loads_and_the_costs_are_measured(
-        self, tiny, capsys, monkeypatch
+        self, tiny_pair, capsys, monkeypatch
     ):
         import localspec.session
 
@@ -240,28 +223,28 @@ class TestInputText:
             raise AssertionError("calibrated before the prompt was checked")
 
         monkeypatch.setattr(localspec.session, "calibrate", no_calibration)
-        rc = run_cli(tiny, ("the model is fast " * 6000)[:100_000])
+        rc = run_cli(tiny_pair, ("the model is fast " * 6000)[:100_000])
         err = capsys.readouterr().err
         assert rc == 2 and "the prompt is" in err and "Traceback" not in err
 
-    def test_invalid_utf8_from_stdin_is_replaced_not_a_crash(self, tiny, capsys, monkeypatch):
-        rc = run_cli(tiny, "-", "--json", stdin=b"hello \xff\xfe world \xc3", monkeypatch=monkeypatch)
+    def test_invalid_utf8_from_stdin_is_replaced_not_a_crash(self, tiny_pair, capsys, monkeypatch):
+        rc = run_cli(tiny_pair, "-", "--json", stdin=b"hello \xff\xfe world \xc3", monkeypatch=monkeypatch)
         assert rc == 0 and json.loads(capsys.readouterr().out)["n_tokens"] == 8
 
     @pytest.mark.parametrize("prompt", ["tab\there\x00nul\x07bell\x1b[31mansi\r\n", "안녕 세계 😀 🇰🇷 e\u0301"])
-    def test_control_characters_korean_and_emoji(self, tiny, capsys, prompt):
-        assert run_cli(tiny, prompt, "--json") == 0
+    def test_control_characters_korean_and_emoji(self, tiny_pair, capsys, prompt):
+        assert run_cli(tiny_pair, prompt, "--json") == 0
         out = capsys.readouterr().out
         as_json = json.loads(out)["text"]
-        assert run_cli(tiny, prompt) == 0
+        assert run_cli(tiny_pair, prompt) == 0
         plain = capsys.readouterr().out
         assert plain == as_json + "\n"  # the same reply both ways, nothing mangled
 
     @pytest.mark.parametrize("text", ["안녕 세계 😀", "e\u0301 🇰🇷 x\x00y\x1b", "mixed 한국어 and emoji 👩‍💻"])
-    def test_prompt_text_round_trips_through_the_tokenizer(self, tiny, text):
+    def test_prompt_text_round_trips_through_the_tokenizer(self, tiny_pair, text):
         from localspec.llama_backend import LlamaModel
 
-        model = LlamaModel.load(tiny[0], n_ctx=64, threads=1)
+        model = LlamaModel.load(tiny_pair[0], n_ctx=64, threads=1)
         try:
             ids = model.tokenize(text, add_bos=False, special=False)
             back = b"".join(model.token_bytes(t) for t in ids).decode("utf-8")

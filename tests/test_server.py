@@ -15,7 +15,6 @@ import httpx
 import openai
 import pytest
 import uvicorn
-from tiny_gguf import write_tiny_gguf
 
 from localspec import server
 from localspec.api import Served
@@ -30,17 +29,8 @@ N_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gguf")
-    return (
-        write_tiny_gguf(d / "t.gguf", seed=0, n_ctx=N_CTX),
-        write_tiny_gguf(d / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=N_CTX),
-    )
-
-
-@pytest.fixture(scope="module")
-def session(pair):
-    s = Session.load(PairSpec(pair[0], pair[1]), LoadOptions(n_ctx=N_CTX, threads=1))
+def session(tiny_pair):
+    s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=N_CTX, threads=1))
     yield s
     s.close()
 
@@ -91,12 +81,12 @@ def run_cli(*argv) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(pair):
+def reference(tiny_pair):
     common = [
         "--target",
-        str(pair[0]),
+        str(tiny_pair[0]),
         "--draft",
-        str(pair[1]),
+        str(tiny_pair[1]),
         "--ctx",
         str(N_CTX),
         "--threads",
@@ -421,10 +411,10 @@ class TestSafety:
 
 
 class TestCli:
-    def test_pair_from_the_catalog_is_served_under_its_id(self, pair, monkeypatch):
+    def test_pair_from_the_catalog_is_served_under_its_id(self, tiny_pair, monkeypatch):
         from localspec import downloads
 
-        files = {"target": pair[0], "draft": pair[1]}
+        files = {"target": tiny_pair[0], "draft": tiny_pair[1]}
         monkeypatch.setattr(
             downloads, "locate", lambda ref, settings: files["target" if "1.5b" in ref.filename.lower() else "draft"]
         )
@@ -516,11 +506,13 @@ class TestQueue:
     def test_disconnect_mid_stream_stops_the_reply_and_frees_the_slot(self, session, slow, reference):
         slow(0.05)  # 24 tokens would take over a second
         with running(session) as base:
-            with httpx.Client(timeout=30) as c:
-                with c.stream("POST", base + "/v1/chat/completions", json=chat_body(stream=True)) as r:
-                    lines = r.iter_lines()
-                    assert next(lines).startswith("data: ")  # the role chunk: the reply has started
-                    assert health(base)["running"] == 1
+            with (
+                httpx.Client(timeout=30) as c,
+                c.stream("POST", base + "/v1/chat/completions", json=chat_body(stream=True)) as r,
+            ):
+                lines = r.iter_lines()
+                assert next(lines).startswith("data: ")  # the role chunk: the reply has started
+                assert health(base)["running"] == 1
             # the client has gone: the worker stops at its next step
             assert wait_for(lambda: health(base) == {**health(base), "running": 0, "cancelled": 1}, 2)
             slow(0)

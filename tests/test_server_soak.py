@@ -15,7 +15,6 @@ from pathlib import Path
 import httpx
 import pytest
 from test_server import N_CTX, health, running
-from tiny_gguf import write_tiny_gguf
 
 from localspec.session import LoadOptions, PairSpec, Session
 
@@ -109,10 +108,8 @@ def one_request(c: httpx.Client, url: str, i: int, messages: list) -> None:
     messages.append({"role": "assistant", "content": text})
 
 
-def test_500_requests_memory_flat_and_every_reply_whole(tmp_path):
-    target = write_tiny_gguf(tmp_path / "t.gguf", seed=0, n_ctx=N_CTX)
-    draft = write_tiny_gguf(tmp_path / "d.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=N_CTX)
-    session = Session.load(PairSpec(target, draft), LoadOptions(n_ctx=N_CTX, threads=1))
+def test_500_requests_memory_flat_and_every_reply_whole(tiny_pair):
+    session = Session.load(PairSpec(*tiny_pair), LoadOptions(n_ctx=N_CTX, threads=1))
     messages = [{"role": "system", "content": "be brief"}]
     try:
         with running(session) as base, httpx.Client(timeout=60) as c:

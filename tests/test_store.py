@@ -221,7 +221,7 @@ class TestDamage:
         path = tmp_path / "chats.db"
         store = ChatStore(path)
         chat = store.new_chat()
-        for i in range(200):
+        for _ in range(200):
             store.add_message(chat.id, "user", "padding " * 50)
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         store.close()

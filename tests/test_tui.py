@@ -22,11 +22,12 @@ from fake_session import (
     factory_for,
 )
 
+from localspec.conversation import InspectedStep
 from localspec.offload import CPU_BUILD, GiB, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 from localspec.settings import Settings, load_settings, save_settings, settings_path
 from localspec.store import ChatStore
-from localspec.tui.app import LocalspecApp, split_draft_chars
+from localspec.tui.app import LocalspecApp
 from localspec.tui.screens import (
     DownloadScreen,
     ErrorDialog,
@@ -37,7 +38,6 @@ from localspec.tui.screens import (
 )
 from localspec.tui.widgets import (
     DRAFT_STYLE,
-    InspectedStep,
     ReplyView,
     StatsPanel,
     StepInspector,
@@ -200,7 +200,9 @@ async def send(app, pilot, text: str):
 async def send_until_mid_stream(app, pilot, text: str):
     """Send; with a gated FakeSession the first step arrives and the rest wait for the gate."""
     await send(app, pilot, text)
-    await wait_for(pilot, lambda: app.reply is not None and app.reply.text == "Hello,")
+    await wait_for(
+        pilot, lambda: app.chat_screen.reply_view is not None and app.chat_screen.reply_view.text == "Hello,"
+    )
 
 
 # --- chatting ---------------------------------------------------------------------------------
@@ -224,17 +226,17 @@ class TestChat:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send_until_mid_stream(app, pilot, "Say hello")
-            assert app.generating == "chat"
+            assert app.chat_screen.generating == "chat"
             session.gate.set()
-            await wait_for(pilot, lambda: app.generating is None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None)
             reply = app.query(ReplyView).last()
             assert reply.text == HELLO_TEXT
             assert reply.markdown.source == HELLO_TEXT  # the Markdown view got the whole stream
             assert app.query_one("#chat-input").text == ""
-            roles = [(m.role, m.content, m.status) for m in app.store.messages(app.chat.id)]
+            roles = [(m.role, m.content, m.status) for m in app.store.messages(app.conversation.chat.id)]
             assert roles == [("user", "Say hello", "done"), ("assistant", HELLO_TEXT, "done")]
             assert session.calls[0]["messages"] == [{"role": "user", "content": "Say hello"}]
-            assert app.chat.title == "Say hello"
+            assert app.conversation.chat.title == "Say hello"
 
     async def test_ctrl_c_when_idle_still_copies_in_the_input(self):
         app = make_app()
@@ -255,7 +257,7 @@ class TestChat:
             box.focus()
             await pilot.press("a", "ctrl+j", "b", "shift+enter", "c")
             assert box.text == "a\nb\nc"
-            assert app.store.messages(app.chat.id) == []  # nothing sent
+            assert app.store.messages(app.conversation.chat.id) == []  # nothing sent
 
     @pytest.mark.parametrize("key", ["escape", "ctrl+c"])
     async def test_stop_mid_stream_keeps_partial(self, key):
@@ -266,38 +268,40 @@ class TestChat:
             await send_until_mid_stream(app, pilot, "Say hello")
             await pilot.press(key)
             session.gate.set()  # the worker leaves its wait, sees the stop, closes the generator
-            await wait_for(pilot, lambda: app.generating is None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None)
             reply = app.query(ReplyView).last()
             assert reply.status == "stopped"
             assert reply.text.startswith("Hello,") and reply.text != HELLO_TEXT
             assert "stopped" in str(reply.query_one(".reply-summary").render())
-            stored = app.store.messages(app.chat.id)[-1]
+            stored = app.store.messages(app.conversation.chat.id)[-1]
             assert (stored.role, stored.status) == ("assistant", "stopped")
             assert stored.content == reply.text
             assert session.generator_closed == 1
             # the app keeps working: the next message streams normally
             session.gate = None
             await send(app, pilot, "again")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
-            assert app.history[-1].content == HELLO_TEXT
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 4)
+            assert app.conversation.history[-1].content == HELLO_TEXT
 
     async def test_regenerate_and_edit_last(self):
         app = make_app()
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "first")
-            await wait_for(pilot, lambda: len(app.history) == 2)
-            first_reply_id = app.history[-1].id
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2)
+            first_reply_id = app.conversation.history[-1].id
             await pilot.press("ctrl+r")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.history[-1].id != first_reply_id)
-            assert [m.role for m in app.store.messages(app.chat.id)] == ["user", "assistant"]
+            await wait_for(
+                pilot, lambda: len(app.conversation.history) == 2 and app.conversation.history[-1].id != first_reply_id
+            )
+            assert [m.role for m in app.store.messages(app.conversation.chat.id)] == ["user", "assistant"]
             await pilot.press("ctrl+e")
             assert app.query_one("#chat-input").text == "first"
-            assert app.history == [] and len(app.query(ReplyView)) == 0
+            assert app.conversation.history == [] and len(app.query(ReplyView)) == 0
             app.query_one("#chat-input").text = "first, edited"
             await pilot.press("enter")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
-            assert app.history[0].content == "first, edited"
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            assert app.conversation.history[0].content == "first, edited"
 
     async def test_generation_error_is_reported_and_the_app_goes_on(self):
         from localspec.session import ContextOverflow
@@ -322,13 +326,13 @@ class TestChat:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "too long")
-            await wait_for(pilot, lambda: app.generating is None and calls["n"] == 1)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and calls["n"] == 1)
             await pilot.pause(0.1)
             assert any("5000 tokens [ctx 4096]" in n.message for n in app._notifications)
             assert not app.query(ReplyView)  # nothing to keep
             await pilot.press("ctrl+r")  # the user message is still there: regenerate works
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
-            assert app.history[-1].content == HELLO_TEXT
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            assert app.conversation.history[-1].content == HELLO_TEXT
 
     async def test_no_session_yet_keeps_the_text(self, tmp_path):
         app = make_app(spec=None, catalog=make_catalog(), files=Files(tmp_path))
@@ -348,12 +352,14 @@ class TestSpeculationView:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and app.history[-1].role == "assistant")
+            await wait_for(
+                pilot, lambda: app.chat_screen.generating is None and app.conversation.history[-1].role == "assistant"
+            )
             reply = app.query(ReplyView).last()
             # HELLO: step 1 accepts "Hello"; step 2 none; step 3 "!"+" How"; step 4 " you"
             drafted = [reply.text[a:b] for a, b in reply.draft_spans]
             assert drafted == ["Hello", "! How", " you"]
-            text = reply.token_text()
+            text = reply.coloured_text()
             painted = "".join(text.plain[s.start : s.end] for s in text.spans if s.style == DRAFT_STYLE)
             assert painted == "Hello! How you"
             assert reply.has_class("-tokens")
@@ -365,8 +371,8 @@ class TestSpeculationView:
             assert reply.query_one(".reply-md").display and not reply.query_one(".reply-tokens").display
             # spans are stored: a restart paints the same characters
             assert (
-                app.history[-1].meta["draft_spans"] == [list(s) for s in reply.draft_spans]
-                or app.history[-1].meta["draft_spans"] == reply.draft_spans
+                app.conversation.history[-1].meta["draft_spans"] == [list(s) for s in reply.draft_spans]
+                or app.conversation.history[-1].meta["draft_spans"] == reply.draft_spans
             )
 
     async def test_stats_panel_follows_steps(self):
@@ -375,7 +381,7 @@ class TestSpeculationView:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             values = app.query_one(StatsPanel).values
             # 8 tokens in 4 passes of 0.01 s: 200 tok/s; 50 tok/s target-only: 4.00×
             assert values["tokens/s"] == "200.0"
@@ -388,7 +394,7 @@ class TestSpeculationView:
             assert values["draft/verify"] == "30% / 60% (+10%)"
             assert values["measured by"] == session.baseline_note
             assert values["total tokens"] == "8 / 4 passes"
-            assert app.reply_stats.tokens_per_pass_history == [2.0, 1.0, 3.0, 2.0]
+            assert app.conversation.reply_stats.tokens_per_pass_history == [2.0, 1.0, 3.0, 2.0]
             spark = app.query_one("#stats-spark")
             assert list(spark.data) == [2.0, 1.0, 3.0, 2.0]
             summary = str(app.query(ReplyView).last().query_one(".reply-summary").render())
@@ -412,7 +418,7 @@ class TestSpeculationView:
         async with app.run_test(size=size) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             panel = app.query_one(StatsPanel)
             line = panel.query_one("#stats-offload")
             assert panel.offload == shown and line.display
@@ -427,7 +433,7 @@ class TestSpeculationView:
             await send_until_mid_stream(app, pilot, "hi")
             await pilot.press("f1")  # help on top while the reply streams on
             session.gate.set()
-            await wait_for(pilot, lambda: app.generating is None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None)
             await pilot.pause(0.2)
             assert type(app.screen).__name__ == "HelpScreen"
             assert app.chat_screen.query_one(StatsPanel).values["tokens/passes"] == "8 / 4"
@@ -441,8 +447,8 @@ class TestSpeculationView:
             await pilot.press("f3")
             assert inspector.display
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
-            app._refresh_panels(force=True)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+            app.chat_screen.refresh_panels(force=True)
             steps = inspector.steps
             assert [s.n_accepted for s in steps] == [1, 0, 2, 1]
             assert [m for _, m in draft_marks(steps[0])] == ["accepted", "rejected", "discarded"]
@@ -458,23 +464,23 @@ class TestSpeculationView:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             await pilot.press("f5")
             assert isinstance(app.screen, RaceScreen)
-            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
             race = app.screen
             assert session.calls[-1]["mode"] == "none"
             assert session.calls[-1]["messages"] == [{"role": "user", "content": "hi"}]
             assert race.target_text == HELLO_TEXT
             assert "4.00×" in str(race.query_one("#race-verdict").render())
             assert "identical replies" in str(race.query_one("#race-verdict").render())
-            assert app.measured_baseline_tps == pytest.approx(50.0)
+            assert app.conversation.measured_baseline_tps == pytest.approx(50.0)
             await pilot.press("escape")
             assert type(app.screen).__name__ == "ChatScreen"
             values = app.query_one(StatsPanel).values
             assert values["measured by"].startswith("race")
             assert values["speed-up"] == "4.00× measured"
-            assert len(app.history) == 2  # the race reply is not part of the chat
+            assert len(app.conversation.history) == 2  # the race reply is not part of the chat
 
 
 class TestEntryPoint:
@@ -508,19 +514,15 @@ class TestEntryPoint:
 
 
 class TestHelpers:
-    @pytest.mark.parametrize(
-        "pieces, text, n_draft, expected",
-        [
-            (["Hel", "lo"], "Hello", 1, 3),  # exact pieces
-            (["\ufffd", "\ufffd", "!"], "한!", 2, 1),  # a Korean character split over 2 tokens
-            (["a", "b"], "ab", 0, 0),
-        ],
-    )
-    def test_split_draft_chars(self, pieces, text, n_draft, expected):
-        assert split_draft_chars(pieces, text, n_draft) == expected
-
     def test_control_characters_never_reach_the_terminal(self):
         assert visible("a\x1b[31mb\x07\x7f\tc\n") == "a␛[31mb␇␡\tc\n"
+
+    @pytest.mark.parametrize(
+        "token, shown",
+        [(" the", "·the"), ("\n\n", "⏎⏎"), ("", "∅"), ("\x1b", "␛"), ("\t", "\t")],
+    )
+    def test_an_inspected_token_shows_its_blanks(self, token, shown):
+        assert visible(token, token=True) == shown
 
     async def test_escape_sequences_in_a_reply_are_drawn_not_sent(self):
         session = FakeSession([(["ok ", "\x1b[2J"], 1, 1), (["\x07done"], 0, 0)])
@@ -528,10 +530,10 @@ class TestHelpers:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "paste \x1b]0;title\x07")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
-            assert app.history[-1].content == "ok \x1b[2J\x07done"  # stored unchanged
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            assert app.conversation.history[-1].content == "ok \x1b[2J\x07done"  # stored unchanged
             reply = app.query(ReplyView).last()
-            assert reply.token_text().plain == "ok ␛[2J␇done"
+            assert reply.coloured_text().plain == "ok ␛[2J␇done"
             svg = app.export_screenshot()
             assert "\x1b" not in svg and "␛[2J" in svg.replace("&#160;", " ")
 
@@ -724,12 +726,14 @@ class TestRealCatalogAndBackend:
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.session is not None, timeout=60)
             await send(app, pilot, "hello world")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None, timeout=60)
-            reply = app.history[-1]
+            await wait_for(
+                pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None, timeout=60
+            )
+            reply = app.conversation.history[-1]
             assert reply.role == "assistant" and reply.status == "done"
             stats = reply.meta["stats"]
             assert stats["n_tokens"] > 0 and stats["n_steps"] > 0
-            app._refresh_panels(force=True)
+            app.chat_screen.refresh_panels(force=True)
             values = app.query_one(StatsPanel).values
             assert values["target alone"] != "–"
             assert values["measured by"] == app.session.baseline_note
@@ -754,15 +758,25 @@ class TestRealCatalogAndBackend:
             assert app.session.target.n_ctx == options.MIN_CTX
             for turn in range(4):  # ~50 tokens a message on the tiny vocabulary: turns get dropped
                 await send(app, pilot, f"hello world {turn}")
-                await wait_for(pilot, lambda: len(app.history) == 2 * turn + 2 and app.generating is None, timeout=60)
-                assert app.history[-1].status == "done"
+                await wait_for(
+                    pilot,
+                    lambda turn=turn: (
+                        len(app.conversation.history) == 2 * turn + 2 and app.chat_screen.generating is None
+                    ),
+                    timeout=60,
+                )
+                assert app.conversation.history[-1].status == "done"
             await send(app, pilot, "the model is fast " * 40)  # ~770 tokens: more than the context
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 9, timeout=60)
+            await wait_for(
+                pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 9, timeout=60
+            )
             await pilot.pause(0.1)
             assert any("the context holds 256" in n.message for n in app._notifications)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: len(app.history) == 11 and app.generating is None, timeout=60)
-            assert app.history[-1].role == "assistant" and app.history[-1].status == "done"
+            await wait_for(
+                pilot, lambda: len(app.conversation.history) == 11 and app.chat_screen.generating is None, timeout=60
+            )
+            assert app.conversation.history[-1].role == "assistant" and app.conversation.history[-1].status == "done"
 
 
 # --- persistence, settings, export ------------------------------------------------------------
@@ -774,15 +788,15 @@ class TestPersistence:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "안녕 🚀")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
             spans = app.query(ReplyView).last().draft_spans
-            chat_id = app.chat.id
+            chat_id = app.conversation.chat.id
             await pilot.press("ctrl+q")
         app2 = make_app(settings=Settings(show_draft_tokens=True))
         async with app2.run_test(size=SIZE) as pilot:
             await ready(app2, pilot)
-            assert app2.chat.id == chat_id and app2.chat.title == "안녕 🚀"
-            assert [m.content for m in app2.history] == ["안녕 🚀", HELLO_TEXT]
+            assert app2.conversation.chat.id == chat_id and app2.conversation.chat.title == "안녕 🚀"
+            assert [m.content for m in app2.conversation.history] == ["안녕 🚀", HELLO_TEXT]
             reply = app2.query(ReplyView).last()
             assert reply.text == HELLO_TEXT and reply.draft_spans == [tuple(s) for s in spans]
             assert "200.0 tok/s" in str(reply.query_one(".reply-summary").render())
@@ -793,7 +807,7 @@ class TestPersistence:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send_until_mid_stream(app, pilot, "hi")
-            chat_id = app.chat.id
+            chat_id = app.conversation.chat.id
             await pilot.press("ctrl+q")
         session.gate.set()
         stored = ChatStore(Path(app.store.path)).messages(chat_id)
@@ -804,10 +818,10 @@ class TestPersistence:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "one [bold]not markup[/x]")
-            await wait_for(pilot, lambda: len(app.history) == 2)
-            first = app.chat.id
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2)
+            first = app.conversation.chat.id
             await pilot.press("ctrl+n")
-            assert app.history == [] and app.chat.id != first
+            assert app.conversation.history == [] and app.conversation.chat.id != first
             await pilot.press("ctrl+l")
             await pilot.pause()
             assert type(app.screen).__name__ == "ChatListScreen"
@@ -816,8 +830,8 @@ class TestPersistence:
             options.highlighted = ids.index(first)
             await pilot.press("enter")
             await pilot.pause()
-            assert app.chat.id == first
-            assert [m.content for m in app.history] == ["one [bold]not markup[/x]", HELLO_TEXT]
+            assert app.conversation.chat.id == first
+            assert [m.content for m in app.conversation.history] == ["one [bold]not markup[/x]", HELLO_TEXT]
 
     async def test_new_chat_mid_reply_keeps_partial_in_its_chat(self):
         session = FakeSession(list(HELLO), gate=threading.Event())
@@ -825,17 +839,38 @@ class TestPersistence:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send_until_mid_stream(app, pilot, "hi")
-            first = app.chat.id
+            first = app.conversation.chat.id
             await pilot.press("ctrl+n")
             session.gate.set()
             await wait_for(pilot, lambda: session.generator_closed == 1)
             await pilot.pause(0.1)
-            assert app.chat.id != first and app.history == [] and not app.query(ReplyView)
+            assert app.conversation.chat.id != first and app.conversation.history == [] and not app.query(ReplyView)
             kept = app.store.messages(first)
             assert [(m.role, m.content, m.status) for m in kept] == [
                 ("user", "hi", "done"),
                 ("assistant", "Hello,", "stopped"),
             ]
+
+    async def test_another_pair_mid_reply_keeps_partial_in_the_chat(self):
+        session = FakeSession(list(HELLO), gate=threading.Event())
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send_until_mid_stream(app, pilot, "hi")
+            view = app.chat_screen.reply_view
+            app.load_pair(PairSpec(Path("t.gguf"), None, True))  # F6 and another pair, mid-reply
+            session.gate.set()
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ChatScreen" and view.status == "stopped")
+            kept = app.conversation.history
+            assert [(m.role, m.content, m.status) for m in kept] == [
+                ("user", "hi", "done"),
+                ("assistant", "Hello,", "stopped"),
+            ]
+            assert view.message_id == kept[-1].id and "stopped" in rendered(view.query_one(".reply-summary"))
+            await pilot.press("ctrl+r")  # the kept reply is the last one: regenerated in its place
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and kept[-1].status == "done")
+            assert [m.content for m in app.conversation.history] == ["hi", HELLO_TEXT]
+            assert [v.text for v in app.query(ReplyView)] == [HELLO_TEXT]
 
     async def test_settings_screen_validates_and_saves(self):
         app = make_app()
@@ -910,8 +945,8 @@ class TestPersistence:
                 screen.query_one(f"#s-{field}").value = value
             screen.action_save()
             await pilot.pause()
-            assert app.chat.sampling["top_p"] == 0.9 and app.chat.sampling["seed"] is None
-            assert app.chat.max_tokens == 64
+            assert app.conversation.chat.sampling["top_p"] == 0.9 and app.conversation.chat.sampling["seed"] is None
+            assert app.conversation.chat.max_tokens == 64
 
     async def test_corrupted_settings_warns_and_backs_up(self):
         path = settings_path()
@@ -937,7 +972,7 @@ class TestPersistence:
             await ready(app, pilot)
             assert any("damaged" in n.message for n in app._notifications)
             await send(app, pilot, "still works")
-            await wait_for(pilot, lambda: len(app.history) == 2)
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2)
         assert list(db.parent.glob("chats.db.corrupt-*"))
 
     async def test_export_copy_and_chat_settings(self, tmp_path):
@@ -946,12 +981,12 @@ class TestPersistence:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "code please")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
             await pilot.press("alt+k")
             assert app.clipboard == "print(1)"
             await pilot.press("alt+c")
             assert app.clipboard == "```py\nprint(1)\n```"
-            path = app.action_export()
+            path = app.chat_screen.action_export()
             assert path.parent == tmp_path / "out" and "code please" in path.read_text()
             await pilot.press("f7")
             await pilot.pause()
@@ -964,10 +999,10 @@ class TestPersistence:
             screen.query_one("#s-temperature").value = "0.7"
             screen.action_save()
             await pilot.pause()
-            assert app.chat.system_prompt == "Answer in Korean."
-            assert app.chat.sampling["temperature"] == 0.7
+            assert app.conversation.chat.system_prompt == "Answer in Korean."
+            assert app.conversation.chat.sampling["temperature"] == 0.7
             await pilot.press("ctrl+r")
-            await wait_for(pilot, lambda: app.generating is None and len(session.calls) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(session.calls) == 2)
             call = session.calls[-1]
             assert call["messages"][0] == {"role": "system", "content": "Answer in Korean."}
             assert call["params"].temperature == 0.7
@@ -1004,8 +1039,8 @@ class TestScreenshots:
             await ready(app, pilot)
             await pilot.press("f3")
             await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
-            app._refresh_panels(force=True)
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            app.chat_screen.refresh_panels(force=True)
             await pilot.pause()
             svg = app.export_screenshot()
         for needle in (
@@ -1027,9 +1062,9 @@ class TestScreenshots:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: len(app.history) == 2 and app.generating is None)
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
             await pilot.press("f5")
-            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
             await pilot.pause()
             svg = app.export_screenshot().replace("&#160;", " ")
             for needle in (
@@ -1096,8 +1131,8 @@ class TestHonestNumbers:
             await wait_for(pilot, lambda: panel.values["tokens/passes"] == "2 / 1")
             assert panel.values["drafting"] == "on: " + ON_K4.why
             session.gate.set()
-            await wait_for(pilot, lambda: app.generating is None)
-            app._refresh_panels(force=True)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None)
+            app.chat_screen.refresh_panels(force=True)
             assert panel.values["drafting"] == OFF_TRY.line
             assert OFF_TRY.line.endswith("; tries again in 12 steps")
             line = panel.query_one("#stats-drafting")
@@ -1105,7 +1140,7 @@ class TestHonestNumbers:
             assert line.region.height >= len(rendered(line)) // line.region.width + 1  # ...but wrapped
             # cheap: asked when k changed (3 → 2 → 4) or 0.25 s passed, plus once at the end
             assert session.drafting_asked <= 1 + 4 + 1
-            stored = app.history[-1].meta["stats"]["drafting"]
+            stored = app.conversation.history[-1].meta["stats"]["drafting"]
             assert stored["on"] is False and stored["next_try_in"] == 12
 
     @pytest.mark.parametrize("size", [SIZE, (80, 30)])  # the wide and the narrow side panel
@@ -1118,8 +1153,8 @@ class TestHonestNumbers:
         async with app.run_test(size=size) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
-            app._refresh_panels(force=True)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+            app.chat_screen.refresh_panels(force=True)
             await pilot.pause()
             values = app.query_one(StatsPanel).values
             assert values["tokens/s"] == "100.0"
@@ -1133,15 +1168,15 @@ class TestHonestNumbers:
             )
             summary = rendered(app.query(ReplyView).last().query_one(".reply-summary"))
             assert "1.00× (not drafting)" in summary and "2.00×" not in summary
-            assert app.history[-1].meta["stats"]["speedup"] == 1.0
+            assert app.conversation.history[-1].meta["stats"]["speedup"] == 1.0
             svg = app.export_screenshot().replace("&#160;", " ")
             for needle in ("drafting", "off", "0.62", "0.80×", "hardware", "1.00×"):  # (wrapped lines)
                 assert needle in svg, needle
             # a later reply that drafts gets its ratio back; the session's total too
             session.script, session.drafting = list(HELLO), [ON_K4]
             await send(app, pilot, "again")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
-            app._refresh_panels(force=True)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 4)
+            app.chat_screen.refresh_panels(force=True)
             values = app.query_one(StatsPanel).values
             assert values["speed-up"] == "4.00× est."  # 8 tokens in 4 passes of 0.01 s: 200 tok/s
             assert values["total speed-up"] == "2.67×"  # 16 tokens in 0.12 s: 133.3 tok/s
@@ -1157,9 +1192,9 @@ class TestHonestNumbers:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             await pilot.press("f5")
-            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
             race = app.screen
             assert [c["mode"] for c in session.calls] == ["draft", "none", "none"]
             verdict = rendered(race.query_one("#race-verdict"))
@@ -1171,7 +1206,7 @@ class TestHonestNumbers:
             assert "speed-up 1.0" not in verdict
             assert rendered(race.query_one("#race-right-speed")) == "target alone: 97.1 tok/s (runs: 96.2, 98.0)"
             assert race.target_text == HELLO_TEXT  # streamed once, not twice
-            assert app.measured_baseline_tps == pytest.approx((8 / 0.0832 + 8 / 0.0816) / 2)
+            assert app.conversation.measured_baseline_tps == pytest.approx((8 / 0.0832 + 8 / 0.0816) / 2)
             await pilot.press("escape")
             values = app.query_one(StatsPanel).values
             assert values["measured by"].startswith("race") and values["speed-up"] == "1.00× (not drafting)"
@@ -1183,15 +1218,15 @@ class TestHonestNumbers:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             await pilot.press("f5")
-            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
             verdict = rendered(app.screen.query_one("#race-verdict"))
             assert verdict == (
                 "measured speed-up 4.44×  (200.0 vs 45.0 tok/s; the target alone ran twice, "
                 "50.0 and 40.0 tok/s: 4.00–5.00×) · identical replies · Esc closes"
             )
-            assert app.measured_baseline_tps == pytest.approx(45.0)
+            assert app.conversation.measured_baseline_tps == pytest.approx(45.0)
 
     async def test_closing_the_race_between_runs_keeps_the_first(self):
         session = FakeSession(list(HELLO), none_step_seconds=0.02)
@@ -1199,32 +1234,16 @@ class TestHonestNumbers:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             session.step_delay = 0.1  # real time: 0.8 s a run, so Esc lands in the second one
             await pilot.press("f5")
-            await wait_for(pilot, lambda: len(app.race_runs) == 1, timeout=10)
-            assert app.generating == "race"
+            race = app.screen
+            await wait_for(pilot, lambda: len(race.runs) == 1, timeout=10)
+            assert app.chat_screen.generating == "race"
             await pilot.press("escape")
-            await wait_for(pilot, lambda: app.generating is None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None)
             assert type(app.screen).__name__ == "ChatScreen"
-            assert app.measured_baseline_tps == pytest.approx(50.0)  # the finished run only
-
-
-class TestHelpersForHonesty:
-    @pytest.mark.parametrize(
-        "text, n_draft, answer, expected",
-        [
-            ("Hello", 3, "Hello", 3),  # mid-answer: the same
-            ("</think>\n\nHi there", 12, "Hi there", 2),  # 10 characters of tag and blank came first
-            ("</think>\n\nHi", 5, "Hi", 0),  # the draft's share was all tag
-            ("ink>Hi", 6, "<thHi", 0),  # released from an earlier step: unknown, drawn as the target's
-            ("x", 1, "", 0),
-        ],
-    )
-    def test_answer_draft_chars(self, text, n_draft, answer, expected):
-        from localspec.tui.app import answer_draft_chars
-
-        assert answer_draft_chars(text, n_draft, answer) == expected
+            assert app.conversation.measured_baseline_tps == pytest.approx(50.0)  # the finished run only
 
 
 # --- reasoning models: Qwen3's <think> block (issue 14) ---------------------------------------
@@ -1237,13 +1256,15 @@ class TestThinking:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.thinking == "The")
-            reply = app.reply
+            await wait_for(
+                pilot, lambda: app.chat_screen.reply_view is not None and app.chat_screen.reply_view.thinking == "The"
+            )
+            reply = app.chat_screen.reply_view
             block = reply.query_one(".reply-thinking")
             await wait_for(pilot, lambda: block.display and block.title == "Thinking… (3 tokens)")
             assert block.collapsed and reply.text == ""
             session.gate.set()
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             assert (reply.thinking, reply.text) == (QWEN3_THINKING, QWEN3_ANSWER)
             assert block.collapsed and block.title == "Thought for 10 tokens"
             assert rendered(reply.query_one(".thinking-body")) == QWEN3_THINKING
@@ -1257,26 +1278,26 @@ class TestThinking:
             await pilot.pause()
             assert not block.collapsed and reply.query_one(".thinking-body").region.height >= 1
             # statistics cover both: 16 tokens in 6 passes, 10 of them thinking (steps 1–4)
-            app._refresh_panels(force=True)
+            app.chat_screen.refresh_panels(force=True)
             values = app.query_one(StatsPanel).values
             assert values["tokens/passes"] == "16 / 6" and values["thinking"] == "10 of 16 tokens"
             assert "16 tokens (10 thinking)" in rendered(reply.query_one(".reply-summary"))
-            stored = app.store.messages(app.chat.id)[-1]
+            stored = app.store.messages(app.conversation.chat.id)[-1]
             assert (stored.content, stored.thinking) == (QWEN3_ANSWER, QWEN3_THINKING)
             assert stored.meta["stats"]["thinking_tokens"] == 10
             # the history sent back holds the answer only (Qwen3's template drops old thinking)
             await send(app, pilot, "And again")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 4)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 4)
             assert session.calls[-1]["messages"] == [
                 {"role": "user", "content": "Say hello"},
                 {"role": "assistant", "content": QWEN3_ANSWER},
                 {"role": "user", "content": "And again"},
             ]
-            export = app.action_export().read_text()
+            export = app.chat_screen.action_export().read_text()
             assert "<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n</details>" in export
             # the race compares answers: the target alone thinks the same and answers the same
             await pilot.press("f5")
-            await wait_for(pilot, lambda: app.generating is None and app.screen.target_tps is not None)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
             assert app.screen.target_text == QWEN3_ANSWER
             assert "identical replies" in rendered(app.screen.query_one("#race-verdict"))
 
@@ -1285,7 +1306,7 @@ class TestThinking:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: app.generating is None and len(app.history) == 2)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
             await pilot.pause()
             block = app.query(ReplyView).last().query_one(".reply-thinking")
             assert block.display and block.region.height == 1 and block.title == "Thought for 10 tokens"
@@ -1307,10 +1328,12 @@ class TestThinking:
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: app.reply is not None and app.reply.thinking == "The")
+            await wait_for(
+                pilot, lambda: app.chat_screen.reply_view is not None and app.chat_screen.reply_view.thinking == "The"
+            )
             await pilot.press("escape")
             session.gate.set()
-            await wait_for(pilot, lambda: app.generating is None)
-            stored = app.store.messages(app.chat.id)[-1]
+            await wait_for(pilot, lambda: app.chat_screen.generating is None)
+            stored = app.store.messages(app.conversation.chat.id)[-1]
             assert (stored.role, stored.status, stored.content) == ("assistant", "stopped", "")
             assert stored.thinking.startswith("The")

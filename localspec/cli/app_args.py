@@ -53,13 +53,14 @@ def native_stderr_to(path: Path):
         term_fd, "w", buffering=1, encoding=getattr(sys.__stderr__, "encoding", None) or "utf-8", errors="replace"
     )
     os.dup2(log_fd, 2)
-    sys.__stderr__ = sys.stderr = term
+    # typeshed marks sys.__stderr__ Final; Textual draws on it, so it is the one to replace
+    sys.__stderr__ = sys.stderr = term  # type: ignore[misc]
     try:
         yield
     finally:
         term.flush()
         os.dup2(term_fd, 2)
-        sys.__stderr__, sys.stderr = saved
+        sys.__stderr__, sys.stderr = saved  # type: ignore[misc]
         term.close()
         os.close(log_fd)
 

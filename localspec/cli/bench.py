@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 from ..core import options
+from ..core.options import ReplyOptions, SamplingParams
 from ..session import ContextOverflow
+from . import flags
 from .progress import StepProgress
 from .run import add_model_options, load_session
 
@@ -17,9 +19,17 @@ def register(sub) -> None:
     p = sub.add_parser("bench", help="measure speed-ups side by side on a prompt suite")
     add_model_options(p, exclusive=False)
     p.add_argument("--suite", default="default", help="'default' or a JSON suite file")
-    p.add_argument("--temp", type=float, action="append", help="temperature(s); repeat the flag (default 0)")
+    # the bench's own use of two options: a list of temperatures, and the suite's reply length
+    flags.add_flag(
+        p,
+        SamplingParams,
+        "temperature",
+        action="append",
+        default=None,
+        help="temperature(s); repeat the flag (default 0)",
+    )
     p.add_argument("--repeats", type=int, default=1, help="interleaved repeats per prompt and mode")
-    p.add_argument("--max-tokens", type=int, default=None, help="override the suite's reply length")
+    flags.add_flag(p, ReplyOptions, "max_tokens", default=None, help="override the suite's reply length")
     p.add_argument("--prompts", default=None, help="comma-separated prompt ids to run")
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
     p.add_argument(
@@ -49,7 +59,7 @@ def register(sub) -> None:
 
 def check_bench_flags(args) -> str | None:
     """The bench's own flags, in options' words (the model flags are checked by load_session)."""
-    problems = [options.check("temperature", t) for t in args.temp or []]
+    problems = [options.check("temperature", t) for t in args.temperature or []]
     problems.append(options.check("max_tokens", args.max_tokens) if args.max_tokens is not None else None)
     if args.repeats < 1:
         problems.append(f"--repeats must be at least 1 (got {args.repeats})")
@@ -100,7 +110,7 @@ def cmd_bench(args) -> int:
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args)
     try:
-        rep = bench.run_bench(session, suite, modes, args.temp or [0.0], args.repeats, progress=StepProgress())
+        rep = bench.run_bench(session, suite, modes, args.temperature or [0.0], args.repeats, progress=StepProgress())
     except ContextOverflow as e:
         print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
         return 4

@@ -16,6 +16,7 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
@@ -170,7 +171,7 @@ def as_json(facts: Facts, d: Diagnosis) -> dict:
     }
 
 
-def render(facts: Facts, d: Diagnosis, expected: list[str] = ()) -> str:
+def render(facts: Facts, d: Diagnosis, expected: Sequence[str] = ()) -> str:
     lines = [*_build_lines(facts), *_python_lines(facts), *_model_lines(facts, d), *expected]
     if d.problems:
         lines.append("\nproblems:")

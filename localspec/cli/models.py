@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import catalog as cat
@@ -90,7 +91,7 @@ def total_memory_bytes() -> int | None:
 def cmd_list(args, settings, catalog) -> int:
     ram = total_memory_bytes()
     print(f"RAM: {human(ram)}; memory = target + default draft + KV cache at {settings.n_ctx} tokens")
-    rows = [("", "PAIR", "TARGET", "DRAFT", "MEMORY", "FITS", "ON DISK")]
+    rows: list[tuple[str, ...]] = [("", "PAIR", "TARGET", "DRAFT", "MEMORY", "FITS", "ON DISK")]
     for pair in catalog.pairs:
         draft = pair.drafts[0]
         fits = "?" if ram is None else ("yes" if pair.memory_bytes <= FITS_FRACTION * ram else "no")
@@ -128,7 +129,7 @@ def _on_disk(target, draft, settings) -> str:
     return "target" if t else ("draft" if d else "-")
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 

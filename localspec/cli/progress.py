@@ -13,6 +13,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -33,15 +34,19 @@ class StepProgress:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         console = _console(self.stream)
-        self._rich = console and Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
+        self._rich: Progress | None = (
+            None
+            if console is None
+            else Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=False,
+            )
         )
-        self._task = None
+        self._task: TaskID | None = None
 
     def __call__(self, done: int, total: int, label: str) -> None:
         if self._rich is None:
@@ -61,15 +66,19 @@ class ByteProgress:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         console = _console(self.stream)
-        self._rich = console and Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=console,
+        self._rich: Progress | None = (
+            None
+            if console is None
+            else Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=console,
+            )
         )
-        self._tasks: dict[str, int] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._last = 0.0
 
     def __call__(self, p) -> None:

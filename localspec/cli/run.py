@@ -9,14 +9,23 @@ import sys
 from pathlib import Path
 
 from ..core import options
-from ..core.drafters import DEFAULT_P_MIN
+from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
 from ..core.protocol import ContextFull
-from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from ..offload import OffloadPlan
 from ..profiles import PROFILES_FILE, ProfileStore
-from ..session import ContextOverflow, IncompatiblePair, LoadOptions, PairSpec, Session, prompt_tokens, reply_room
+from ..session import (
+    ContextOverflow,
+    IncompatiblePair,
+    LoadOptions,
+    PairSpec,
+    Session,
+    load_options,
+    prompt_tokens,
+    reply_room,
+)
 from ..settings import data_dir
+from . import flags
 
 FINISH_NOTES = {
     "context": "stopped: the context window is full (raise --ctx or shorten the prompt)",
@@ -26,64 +35,29 @@ FINISH_NOTES = {
 }
 
 
+# the option groups whose flags each command has (localspec.core.options, localspec.cli.flags):
+# the load's are checked before a load (run, bench, serve), the reply's before a reply (run)
+LOAD_GROUPS = (ModelOptions, DraftOptions)
+REPLY_GROUPS = (SamplingParams, ReplyOptions)
+RUN_MAX_TOKENS = 512  # a headless reply stops sooner than the app's (ReplyOptions: 1024)
+
+
 def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True, target_required: bool = True) -> None:
-    """Model flags; ``exclusive=False`` lets bench take --draft and --lookup together;
-    ``target_required=False`` lets serve name the files with --pair instead."""
+    """The files, the drafting mode and the load's options; ``exclusive=False`` lets bench
+    take --draft and --lookup together; ``target_required=False`` lets serve name the files
+    with --pair instead."""
     p.add_argument("--target", required=target_required, type=Path, help="target GGUF file")
     mode = p.add_mutually_exclusive_group() if exclusive else p
     mode.add_argument("--draft", type=Path, help="draft GGUF (same tokenizer as the target)")
     mode.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
     mode.add_argument("--no-draft", action="store_true", help="the target alone (baseline)")
-    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens (default 4096)")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
-    p.add_argument(
-        "--gpu-layers",
-        type=int,
-        default=None,
-        help="target layers to offload to the GPU, -1 = all (default: auto, all that "
-        "fit beside the draft; 0 on a CPU-only llama.cpp build)",
-    )
-    p.add_argument(
-        "--draft-gpu-layers",
-        type=int,
-        default=None,
-        help="draft layers to offload to the GPU, -1 = all (default: auto, the draft goes first)",
-    )
-    p.add_argument("--draft-max", type=int, default=16, help="longest draft per step (default 16)")
-    p.add_argument(
-        "--no-adapt",
-        action="store_true",
-        help="always draft --draft-max tokens instead of choosing k from measured costs",
-    )
-    p.add_argument(
-        "--no-copy",
-        action="store_true",
-        help="draft mode: always run the draft model, never copy a prompt-lookup match",
-    )
-    p.add_argument(
-        "--p-min",
-        type=float,
-        default=DEFAULT_P_MIN,
-        help="stop a draft when the draft's top probability is below this (default 0: in auto "
-        "mode the marginal rule decides from measured costs; llama.cpp uses 0.75)",
-    )
+    for group in LOAD_GROUPS:
+        flags.add_flags(p, group)
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
-    d = SamplingParams()
-    p.add_argument("--temp", type=float, default=d.temperature, help="temperature; 0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=d.top_k)
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--min-p", type=float, default=d.min_p)
-    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument(
-        "--rule",
-        choices=["speculative", "match"],
-        default="speculative",
-        help="sampling acceptance rule (default: speculative sampling, min(1, p/q))",
-    )
-    p.add_argument("--max-tokens", type=int, default=512)
+    flags.add_flags(p, SamplingParams)
+    flags.add_flags(p, ReplyOptions, defaults={"max_tokens": RUN_MAX_TOKENS})
 
 
 def register(sub) -> None:
@@ -97,60 +71,13 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-# each flag's attribute on args -> its option in localspec.core.options (ranges and messages)
-MODEL_FLAGS = {
-    "ctx": "n_ctx",
-    "threads": "threads",
-    "gpu_layers": "gpu_layers",
-    "draft_gpu_layers": "draft_gpu_layers",
-    "draft_max": "max_k",
-    "p_min": "p_min",
-}
-REPLY_FLAGS = {
-    "temp": "temperature",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "repeat_penalty": "repeat_penalty",
-    "seed": "seed",
-    "max_tokens": "max_tokens",
-}
-
-
-def check_flags(args, flags: dict[str, str]) -> str | None:
-    """The first flag whose value is out of its range, as 'error: --temp must be ≥ 0 (got -1)'."""
-    for attr, name in flags.items():
-        problem = options.check(name, getattr(args, attr, None))
-        if problem:
-            return f"error: {problem}"
-    return None
-
-
 def sampling_from(args) -> SamplingParams:
-    return SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-        rule=args.rule,
-    )
+    return flags.from_args(SamplingParams, args)
 
 
 def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
     spec = PairSpec(args.target, args.draft, lookup=args.lookup)
-    load_options = LoadOptions(
-        n_ctx=args.ctx,
-        threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-        max_k=args.draft_max,
-        adaptive=not args.no_adapt,
-        p_min=args.p_min,
-        copy=not args.no_copy,
-    )
-    return spec, load_options
+    return spec, load_options(flags.from_args(ModelOptions, args), flags.from_args(DraftOptions, args))
 
 
 def load_session(args, messages: list[dict] | None = None) -> Session:
@@ -161,29 +88,29 @@ def load_session(args, messages: list[dict] | None = None) -> Session:
     from ..llama_backend import ModelLoadError
     from ..preflight import ModelFileError
 
-    problem = check_flags(args, MODEL_FLAGS)
+    problem = flags.check(args, *LOAD_GROUPS)
     if problem:
         raise SystemExit(_fail(problem, 2))
     args.threads, note = options.clamp_threads(args.threads)
     if note:
         print(f"note: {note}", file=sys.stderr)
-    spec, load_options = spec_and_options(args)
+    spec, opts = spec_and_options(args)
     try:
         # what the pair costs here is kept for the pair menu and `localspec doctor`
         return Session.load(
             spec,
-            load_options,
+            opts,
             profiles=ProfileStore(data_dir() / PROFILES_FILE),
             check_target=(lambda target: check_fits(target, messages, args)) if messages else None,
         )
     except PromptTooLong as e:
-        raise SystemExit(_fail(str(e), 2))
+        raise SystemExit(_fail(str(e), 2)) from None
     except _template_error() as e:  # the prompt check renders the chat template
-        raise SystemExit(_fail(f"error: {e}", 2))
+        raise SystemExit(_fail(f"error: {e}", 2)) from None
     except IncompatiblePair as e:
-        raise SystemExit(_fail(f"error: {spec.draft} cannot draft for {spec.target}: {e}", 3))
+        raise SystemExit(_fail(f"error: {spec.draft} cannot draft for {spec.target}: {e}", 3)) from None
     except (ModelFileError, ModelLoadError) as e:
-        raise SystemExit(_fail(f"error: {e}", 2))
+        raise SystemExit(_fail(f"error: {e}", 2)) from None
 
 
 class PromptTooLong(Exception):
@@ -243,7 +170,7 @@ def read_prompt(arg: str) -> str:
 
 def cmd_run(args) -> int:
     # every option is checked before a model is loaded: a mistake costs no load time
-    problem = check_flags(args, MODEL_FLAGS) or check_flags(args, REPLY_FLAGS)
+    problem = flags.check(args, *LOAD_GROUPS, *REPLY_GROUPS)
     if problem:
         return _fail(problem, 2)
     prompt = read_prompt(args.prompt)

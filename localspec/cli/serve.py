@@ -79,7 +79,7 @@ def resolve_pair(args) -> str | None:
     try:
         pair = catalog.get(args.pair) if args.pair else catalog.default
     except cat.UnknownPair as e:
-        raise SystemExit(f"localspec serve: {e}")
+        raise SystemExit(f"localspec serve: {e}") from None
     wanted_draft = not (args.lookup or args.no_draft or args.draft)
     target = locate(pair.target, settings)
     draft = locate(pair.drafts[0], settings) if wanted_draft else args.draft

@@ -55,6 +55,16 @@ EXPLORE_EVERY = 16
 # 4 passes) cost 5 % of the Q4 target's speed here; with 2 %, prompt lookup on prose (which
 # rarely proposes) still lost a few per cent to it on the F16 target.
 EXPLORE_SHARE = 0.01
+# Prompt lookup: a match length not seen yet starts at alpha 0.5 with the weight of two
+# verdicts, so one rejected try blocks it where a verify row is dear. With the controller's
+# 3:1 prior a length took three rejected one-token tries to block; on the Q4 target here each
+# costs 0.42 T(1), and three lengths' worth made lookup 6-7 % slower than the target alone on
+# prose. Where a row is nearly free (F16, GPU) alpha 0.5 still proposes from the first match.
+LOOKUP_PRIOR = (1.0, 1.0)
+# ... and a blocked length's one-token tries spend a budget like exploration's: each step with
+# a match earns this share of T(1), a try costs its extra row, T(2) - T(1). On the Q4 target
+# that is one try per ~40 matching steps at most; on F16 (a row ~0.03 T(1)) the back-off rules.
+PROBE_SHARE = 0.01
 
 
 def decayed_counts(accepted: float, rejected: float, n_drafted: int, n_accepted: int) -> tuple[float, float]:
@@ -193,12 +203,13 @@ class LookupGate:
     because text changes and the estimate can only move when something is proposed.
     """
 
-    def __init__(self, costs: CostModel, prior: tuple[float, float] = (PRIOR_ACCEPTED, PRIOR_REJECTED)) -> None:
+    def __init__(self, costs: CostModel, prior: tuple[float, float] = LOOKUP_PRIOR) -> None:
         self.costs = costs
         self.prior = prior  # [accepted, rejected] of a match length not seen yet
         self.counts: dict[int, list[float]] = {}  # match length -> [accepted, rejected]
         self._blocked: dict[int, int] = {}  # match length -> blocked proposals since the last try
         self._probe_every: dict[int, int] = {}
+        self._credit = 0.0  # seconds of one-token tries earned (PROBE_SHARE)
 
     def alpha(self, n: int) -> float:
         accepted, rejected = self.counts.get(n, self.prior)
@@ -208,15 +219,18 @@ class LookupGate:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
         if available <= 0 or not self.costs.verify:
             return available
+        try_cost = self.costs.T(2) - self.costs.T(1)
+        self._credit = min(self._credit + PROBE_SHARE * self.costs.T(1), 2 * try_cost)
         expected = expected_tokens(self.alpha(n), np.arange(available + 1))
         j = int(np.argmax(expected / self.costs.curve(available + 1)[1:]))
-        return j if j > 0 else self._probe(n)
+        return j if j > 0 else self._probe(n, try_cost)
 
-    def _probe(self, n: int) -> int:
+    def _probe(self, n: int, try_cost: float) -> int:
         self._blocked[n] = self._blocked.get(n, 0) + 1
         every = self._probe_every.get(n, FIRST_PROBE // 2)
-        if self._blocked[n] < every:
+        if self._blocked[n] < every or self._credit < try_cost:
             return 0
+        self._credit -= try_cost
         self._blocked[n] = 0
         self._probe_every[n] = min(every * 2, MAX_PROBE)
         return 1
@@ -224,7 +238,8 @@ class LookupGate:
     def observe(self, n: int, n_drafted: int, n_accepted: int) -> None:
         if n_drafted == 0:
             return
-        self.counts[n] = list(decayed_counts(*self.counts.get(n, self.prior), n_drafted, n_accepted))
+        accepted, rejected = self.counts.get(n, self.prior)
+        self.counts[n] = list(decayed_counts(accepted, rejected, n_drafted, n_accepted))
         if n_accepted == n_drafted:
             self._probe_every.pop(n, None)  # it paid: try it again soon if it gets blocked
 
@@ -289,7 +304,7 @@ class DraftController:
 
     def drafting_pays(self) -> bool:
         """Measured, not modelled: the last trial's drafting steps kept up with the target alone."""
-        if self._n_realized < TRIAL_STEPS:
+        if self._n_realized < TRIAL_STEPS or self._realized is None:
             return True  # still measuring
         return self._realized >= GUARD_TOLERANCE / self.costs.T(1)
 
@@ -430,49 +445,69 @@ class DraftingState:
 
 def explain(ctl: DraftController) -> DraftingState:
     """The controller's state in words: what it does, and the measurement that decided it."""
-    costs = ctl.costs
     if ctl.fixed_k == 0:
         return DraftingState(False, 0, "the target alone (no draft mode chosen)")
     if ctl.fixed_k is not None:
         return DraftingState(True, ctl.fixed_k, f"k={ctl.fixed_k} every step (fixed: --no-adapt)")
-    if not costs.verify:
-        return DraftingState(
-            True, min(UNMEASURED_K, ctl.max_k), f"nothing measured yet: starting at k={min(UNMEASURED_K, ctl.max_k)}"
-        )
-    t1 = costs.T(1)
-    draft_cost = costs.t_draft / t1
+    if not ctl.costs.verify:
+        k = min(UNMEASURED_K, ctl.max_k)
+        return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
     model_k, speed = ctl._best_k()
-    base = 1.0 / t1
     if model_k > 0 and ctl.drafting_pays():
-        again = "a try found drafting pays again; " if ctl._resumed else ""
-        cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
-        return DraftingState(
-            True,
-            model_k,
-            f"{again}k={model_k}, expected {speed / base:.2f}× ({cost}checking "
-            f"{model_k + 1} tokens costs {costs.T(model_k + 1) / t1:.2f} passes, acceptance "
-            f"{ctl.alpha:.0%})",
-            None,
-            draft_cost,
-            costs.T(model_k + 1) / t1,
-            speed / base,
-        )
-    next_try = max(ctl._probe_every - ctl._since_draft, 1)
-    if model_k > 0:  # the measured guard
-        return DraftingState(
-            False,
-            0,
-            f"drafting measured {ctl._realized:.1f} tok/s against "
-            f"{base:.1f} tok/s for the target alone ({ctl._realized / base:.2f}×)",
-            next_try,
-            draft_cost,
-            costs.T(2) / t1,
-            speed / base,
-        )
+        return _explain_on(ctl, model_k, speed)
+    if model_k > 0:
+        return _explain_guard(ctl, speed)
+    return _explain_off(ctl)
+
+
+def _explain_on(ctl: DraftController, k: int, speed: float) -> DraftingState:
+    costs = ctl.costs
+    t1 = costs.T(1)
+    base = 1.0 / t1
+    draft_cost = costs.t_draft / t1
+    again = "a try found drafting pays again; " if ctl._resumed else ""
+    cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
+    return DraftingState(
+        True,
+        k,
+        f"{again}k={k}, expected {speed / base:.2f}× ({cost}checking "
+        f"{k + 1} tokens costs {costs.T(k + 1) / t1:.2f} passes, acceptance {ctl.alpha:.0%})",
+        None,
+        draft_cost,
+        costs.T(k + 1) / t1,
+        speed / base,
+    )
+
+
+def _explain_guard(ctl: DraftController, speed: float) -> DraftingState:
+    """Off although the model likes drafting: the measured guard (drafting_pays said no, so
+    a rate was measured)."""
+    costs = ctl.costs
+    t1 = costs.T(1)
+    base = 1.0 / t1
+    realized = ctl._realized or 0.0
+    return DraftingState(
+        False,
+        0,
+        f"drafting measured {realized:.1f} tok/s against "
+        f"{base:.1f} tok/s for the target alone ({realized / base:.2f}×)",
+        max(ctl._probe_every - ctl._since_draft, 1),
+        costs.t_draft / t1,
+        costs.T(2) / t1,
+        speed / base,
+    )
+
+
+def _explain_off(ctl: DraftController) -> DraftingState:
+    """Off because the model says drafting does not pay: on this hardware at all, or at the
+    measured acceptance (then it is tried again now and then)."""
+    costs = ctl.costs
+    t1 = costs.T(1)
+    base = 1.0 / t1
+    draft_cost = costs.t_draft / t1
     costs_words = (
         f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else ""
     ) + f"checking 2 tokens costs {costs.T(2) / t1:.2f} passes"
-    best_any = max(ctl.speeds()[1:].max(), 1e-12) / base
     if not ctl.worth_trying():
         best95 = ctl.speeds(OPTIMISTIC_ALPHA)[1:].max() / base
         return DraftingState(
@@ -484,11 +519,12 @@ def explain(ctl: DraftController) -> DraftingState:
             costs.T(2) / t1,
             best95,
         )
+    best_any = max(ctl.speeds()[1:].max(), 1e-12) / base
     return DraftingState(
         False,
         0,
         f"{costs_words}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best_any:.2f}×",
-        next_try,
+        max(ctl._probe_every - ctl._since_draft, 1),
         draft_cost,
         costs.T(2) / t1,
         best_any,

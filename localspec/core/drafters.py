@@ -1,23 +1,29 @@
 """Drafters: where the k candidate tokens of a step come from.
 
-One method, ``draft(context, k, params, rng) -> Draft``. ``context`` is every token so far,
-the last one not yet seen by the target. A drafter may return fewer than ``k`` tokens (none at
-all is fine: the step is then a plain target step), and more only when they cost nothing to
-propose (a copy from the context); the engine cuts a draft at the token budget and the context. ``Draft.q_draft`` holds the processed
-distribution each token was *sampled* from; ``None`` means the tokens were chosen
-deterministically (prompt lookup, greedy drafting), which the verification rule treats as
-one-hot q (transformers' PromptLookupCandidateGenerator does the same).
+One method that matters, ``draft(context, k, params, rng) -> Draft``. ``context`` is every
+token so far, the last one not yet seen by the target. A drafter may return fewer than ``k``
+tokens (none at all is fine: the step is then a plain target step), and more only when they
+cost nothing to propose (a copy from the context); the engine cuts a draft at the token budget
+and the context. ``Draft.q_draft`` holds the processed distribution each token was *sampled*
+from; ``None`` means the tokens were chosen deterministically (prompt lookup, greedy
+drafting), which the verification rule treats as one-hot q (transformers'
+PromptLookupCandidateGenerator does the same).
+
+Two hooks, no-ops in :class:`DrafterBase`: ``prefill(context)`` reads the prompt before the
+first step (a draft model), ``observe(n_drafted, n_accepted, kept)`` hears each verify's
+verdict (drafters that learn from it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from .controller import CostModel, LookupGate, MarginalRule
+from .options import DEFAULT_P_MIN  # a tuning choice, explained there
 from .protocol import CachedModel
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 
@@ -31,13 +37,34 @@ class Draft:
     copied: bool = False  # a copy from the context in place of a draft model's tokens
 
 
+@runtime_checkable
 class Drafter(Protocol):
     name: str
 
     def draft(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft: ...
 
+    def prefill(self, context: Sequence[int]) -> None: ...
 
-class NoDrafter:
+    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None: ...
+
+
+class DrafterBase(Drafter):
+    """A drafter whose hooks do nothing: subclass it and write ``draft``."""
+
+    name = "base"
+
+    def draft(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        raise NotImplementedError
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Read the prompt before the first step (only a draft model has one to read)."""
+
+    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
+        """The verify's verdict on the last draft: ``kept`` is what the step added to the
+        context (the accepted drafts and the target's own token)."""
+
+
+class NoDrafter(DrafterBase):
     """The target alone, through the same loop: the baseline every speed-up is measured against."""
 
     name = "none"
@@ -46,15 +73,7 @@ class NoDrafter:
         return Draft()
 
 
-# Tuning choice: no confidence floor by default. With measured costs the marginal rule ends a
-# draft where the next token stops paying, from the draft's calibrated confidence; a floor of
-# 0.75 (llama.cpp's default) on top of it cut drafts short: side by side on the F16 target
-# here the rule alone was 5-18 % faster on code, edit and prose (docs/benchmarks.md). With
-# --no-adapt a draft then runs to --draft-max; --p-min sets a floor in either mode.
-DEFAULT_P_MIN = 0.0
-
-
-class ModelDrafter:
+class ModelDrafter(DrafterBase):
     """A small model of the same vocabulary proposes tokens one forward pass at a time.
 
     Drafting stops early when the draft's top probability falls below ``p_min``: a token it is
@@ -71,7 +90,7 @@ class ModelDrafter:
         model: CachedModel,
         n_vocab_target: int,
         p_min: float = DEFAULT_P_MIN,
-        banned: Sequence[int] = (),
+        banned: Iterable[int] = (),
         costs: CostModel | None = None,
     ) -> None:
         self.model = model
@@ -110,6 +129,7 @@ class ModelDrafter:
         if k <= 0:
             return Draft()
         rows = self.model.sync(context, n_logits=1, known=self._known(context))
+        assert rows is not None  # sync returns the rows asked for
         n_evals = 1
         ids: list[int] = []
         qs: list[np.ndarray] = []
@@ -142,13 +162,16 @@ class ModelDrafter:
         """Copied runs learn from their verdict. A copy that was not used is scored against
         the tokens the step kept, as far as they go: so a match length that lost trust can
         win it back without costing a verify row."""
-        if self._from_lookup:
-            self.lookup.observe(n_drafted, n_accepted)
-        elif self._shadow:
-            tested = min(len(self._shadow), len(kept))
-            agree = next((i for i in range(tested) if self._shadow[i] != kept[i]), tested)
-            self.lookup.observe(tested, agree)
+        copied, shadow = self._from_lookup, self._shadow
         self._from_lookup, self._shadow = False, ()  # a step that drafts nothing has no verdict
+        if self.lookup is None:
+            return
+        if copied:
+            self.lookup.observe(n_drafted, n_accepted)
+        elif shadow:
+            tested = min(len(shadow), len(kept))
+            agree = next((i for i in range(tested) if shadow[i] != kept[i]), tested)
+            self.lookup.observe(tested, agree)
 
     def _known(self, context) -> int:
         """The engine only ever appends to its context list, so when it hands over the same
@@ -183,7 +206,7 @@ class ModelDrafter:
         return sample(q, rng), q, float(q.max())
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(DrafterBase):
     """Prompt lookup decoding: find the latest earlier occurrence of the context's last n-gram
     and propose the tokens that followed it. No second model; strong on edits and quotes."""
 
@@ -247,7 +270,7 @@ def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:
     return int(starts[-1]) if len(starts) else None
 
 
-class OracleDrafter:
+class OracleDrafter(DrafterBase):
     """Benchmarking only: replays a known continuation of this prompt (the target-only output)
     with a fraction ``corrupt`` of its tokens replaced by wrong ones.
 

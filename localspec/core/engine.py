@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -67,7 +68,7 @@ class SpeculativeEngine:
         controller: DraftController | None = None,
     ) -> None:
         self.target = target
-        self.drafter = drafter or NoDrafter()
+        self.drafter: Drafter = drafter or NoDrafter()
         if controller is None:
             fixed = 0 if isinstance(self.drafter, NoDrafter) else None
             controller = DraftController(CostModel(), fixed_k=fixed)
@@ -89,7 +90,7 @@ class SpeculativeEngine:
         t0 = _costs.clock()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
         self._draft_warm = False
-        if self.controller.best().k > 0 and hasattr(self.drafter, "prefill"):
+        if self.controller.best().k > 0:
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
             self._draft_warm = True
         prefill = _costs.clock() - t0
@@ -118,9 +119,9 @@ class SpeculativeEngine:
         drafted = draft.ids[:limit]  # a free copy may run past k (see drafters.Drafter)
         pad = _padding(context, drafted, choice.measure, room)
         batch = context + list(drafted) + pad
-        rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad), known=self._known(context))[
-            : len(drafted) + 1
-        ]  # verify
+        rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad), known=self._known(context))  # verify
+        assert rows is not None  # sync returns the rows asked for
+        rows = rows[: len(drafted) + 1]
         t2 = _costs.clock()
         verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
@@ -167,7 +168,7 @@ class SpeculativeEngine:
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
         history = _History(context, drafted, params)
         if params.greedy:
-            return verify_greedy(drafted, _Choices(rows, history, params))
+            return verify_greedy(drafted, cast(Sequence[int], _Choices(rows, history, params)))  # read by index
         p_target = [process(rows[i], history(i), params) for i in range(len(rows))]
         if params.rule == "match":
             return verify_match(drafted, p_target, rng)
@@ -182,9 +183,7 @@ class SpeculativeEngine:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         if not draft.copied:  # copies are the drafter's own business (controller.LookupGate)
             self.controller.observe(len(drafted), verdict.n_accepted)
-        observe = getattr(self.drafter, "observe", None)  # drafters that learn from verdicts
-        if observe is not None:
-            observe(len(drafted), verdict.n_accepted, (*drafted[: verdict.n_accepted], verdict.token))
+        self.drafter.observe(len(drafted), verdict.n_accepted, (*drafted[: verdict.n_accepted], verdict.token))
 
     def _cut(self, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
         """End-of-generation inside an accepted run ends the reply there; so does the budget."""

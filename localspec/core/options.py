@@ -1,18 +1,35 @@
-"""Every option a user can set, with its allowed range and our message for a value outside it.
+"""Every option a user can set: one frozen pydantic model per group, each field with its
+default, its description, its range and its command-line flag.
 
-This is the one place each range is defined. The CLI checks its flags here, the settings model
-and ``SamplingParams`` take their pydantic bounds from here (``bounds``), the settings screens
-check each field here, and an API can do the same with ``check(name, value, label)``. So every
-entry point refuses the same values in the same words: "--temp must be ≥ 0 (got -1)".
+- :class:`ModelOptions`: how the pair is loaded (GPU layers, threads, context) and what a
+  full context does;
+- :class:`DraftOptions`: how drafts are made (longest draft, adaptation, confidence floor,
+  copies from the context);
+- :class:`SamplingParams`: how the next token is chosen (``localspec.core.sampling``);
+- :class:`ReplyOptions`: how long a reply may run.
 
-Plain data and functions: no argparse, pydantic, textual or llama_cpp.
+Everything else is read from these fields. The settings file (``localspec.settings``) reuses
+the groups; the settings screens list their fields, with the descriptions as help;
+``localspec.cli.flags`` makes one flag per field marked with a :class:`Flag`;
+``localspec.session.load_options`` builds a load from the model and drafting groups; and
+:func:`check` reads each range from the field's constraints (``OPTIONS``). So every entry
+point refuses the same values in the same words: "--temp must be ≥ 0 (got -1)".
+
+Adding an option is one field here, plus the code that uses it.
+No argparse, textual or llama_cpp here.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
+
+from annotated_types import Ge, Gt, Le
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
 
 Number = int | float
 
@@ -21,17 +38,181 @@ Number = int | float
 # 256 also holds a chat template with its default system prompt (~30 tokens on Qwen2.5), a
 # short message and the quarter of the context Session.fit keeps for the reply.
 MIN_CTX = 256
+CTX_HINT = "llama.cpp allocates at least 256 tokens of context whatever is asked"
 MAX_CTX = 1_048_576  # 2^20: far beyond any model's trained context; a typo, not a request
 # The longest draft per step. A verify evaluates k + 1 rows with logits in one llama_decode,
 # and llama_backend reserves 64 rows per context (MAX_LOGIT_ROWS); 32 is past the point where
 # a longer draft pays on any hardware we measured (docs/benchmarks.md).
 MAX_DRAFT = 32
+# More threads than any machine we know; more than this machine's CPUs are lowered to its
+# CPUs at load (clamp_threads), so the bound only catches typos.
+MAX_THREADS = 512
 INT32_MAX = 2**31 - 1  # llama.cpp stores layer counts and top-k as int32
 UINT64_MAX = 2**64 - 1
+
+# Tuning choice: no confidence floor by default. With measured costs the marginal rule ends a
+# draft where the next token stops paying, from the draft's calibrated confidence; a floor of
+# 0.75 (llama.cpp's default) on top of it cut drafts short: side by side on the F16 target
+# here the rule alone was 5-18 % faster on code, edit and prose (docs/benchmarks.md). With
+# --no-adapt a draft then runs to --draft-max; --p-min sets a floor in either mode.
+DEFAULT_P_MIN = 0.0
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Marks a field as a command-line option: ``Annotated[int, Flag("--ctx")]``.
+
+    ``name`` is the flag's spelling, which messages use unless the caller gives its own label.
+    ``hint`` is said after a value below the range: why the bound, or what to use instead.
+    ``help`` replaces the field's description where the flag says the opposite of the field
+    (``--no-adapt`` turns ``adaptive`` off)."""
+
+    name: str
+    hint: str = ""
+    help: str = ""
+
+
+class ModelOptions(BaseModel):
+    """How the pair is loaded, and what happens when its context is full. The settings file
+    keeps these at its top level; ``None`` (empty in a form) means automatic."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_layers: Annotated[int | None, Flag("--gpu-layers", hint="-1 = all")] = Field(
+        None,
+        ge=-1,
+        le=INT32_MAX,
+        description="Target layers offloaded to the GPU, -1 = all; automatic: all that fit beside "
+        "the draft (0 on a CPU-only llama.cpp build).",
+    )
+    draft_gpu_layers: Annotated[int | None, Flag("--draft-gpu-layers", hint="-1 = all")] = Field(
+        None,
+        ge=-1,
+        le=INT32_MAX,
+        description="Draft layers offloaded to the GPU, -1 = all; automatic: the draft goes first.",
+    )
+    threads: Annotated[int | None, Flag("--threads")] = Field(
+        None,
+        ge=1,
+        le=MAX_THREADS,
+        description="CPU threads; automatic: every CPU this process may use (a larger number is lowered to that).",
+    )
+    n_ctx: Annotated[int, Flag("--ctx", hint=CTX_HINT)] = Field(
+        4096, ge=MIN_CTX, le=MAX_CTX, description="Context window in tokens."
+    )
+    overflow: Literal["drop_oldest", "refuse"] = Field(
+        "drop_oldest", description="When history + reply exceed the context: drop the oldest turns, or refuse."
+    )
+
+
+# ``copy`` is the option's name everywhere (settings key, LoadOptions, the drafting modes). As
+# a field it hides BaseModel.copy, pydantic 1's name for model_copy, which nothing here calls;
+# pydantic warns about that when the class is made, so the warning is off for this class only.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", 'Field name "copy"', UserWarning)
+
+    class DraftOptions(BaseModel):
+        """How drafts are made."""
+
+        model_config = ConfigDict(frozen=True, extra="forbid")
+
+        max_k: Annotated[int, Flag("--draft-max", hint="0 never drafts")] = Field(
+            16, ge=0, le=MAX_DRAFT, description="Longest draft per step; 0 never drafts."
+        )
+        adaptive: Annotated[
+            bool, Flag("--no-adapt", help="always draft --draft-max tokens instead of choosing k from measured costs")
+        ] = Field(True, description="Pick k each step from measured costs; off: always draft max_k tokens.")
+        p_min: Annotated[float, Flag("--p-min")] = Field(
+            DEFAULT_P_MIN,
+            ge=0.0,
+            le=1.0,
+            description="Stop a draft when the draft's top probability is below this; 0: in auto mode the "
+            "marginal rule decides from measured costs (llama.cpp uses 0.75).",
+        )
+        copy: Annotated[
+            bool, Flag("--no-copy", help="draft mode: always run the draft model, never copy a prompt-lookup match")
+        ] = Field(  # type: ignore[assignment]  # hides BaseModel.copy, see above
+            True,
+            description="Draft mode copies a prompt-lookup match that has earned trust instead of running the "
+            "draft model.",
+        )
+
+
+Rule = Literal["speculative", "match"]
+
+
+class SamplingParams(BaseModel):
+    """How the next token is chosen; shared by the target, the draft and the target-only path
+    (``localspec.core.sampling`` applies it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: Annotated[float, Flag("--temp", hint="0 is greedy")] = Field(
+        0.0, ge=0.0, le=5.0, description="Temperature; 0 is greedy (argmax)."
+    )
+    top_k: Annotated[int, Flag("--top-k", hint="0 turns it off")] = Field(
+        40, ge=0, le=INT32_MAX, description="Keep the k most likely tokens; 0 turns it off."
+    )
+    top_p: Annotated[float, Flag("--top-p", hint="1 turns it off")] = Field(
+        0.95, gt=0.0, le=1.0, description="Nucleus: keep the smallest set with mass ≥ top_p; 1 turns it off."
+    )
+    min_p: Annotated[float, Flag("--min-p", hint="0 turns it off")] = Field(
+        0.05, ge=0.0, le=1.0, description="Drop tokens below min_p × the top probability; 0 turns it off."
+    )
+    repeat_penalty: Annotated[float, Flag("--repeat-penalty", hint="1 turns it off")] = Field(
+        1.0, ge=1.0, le=3.0, description="llama.cpp's penalty on recently seen tokens; 1 turns it off."
+    )
+    repeat_last_n: Annotated[int, Flag("--repeat-last-n")] = Field(
+        64, ge=0, le=MAX_CTX, description="How many recent tokens the penalty looks at."
+    )
+    seed: Annotated[int | None, Flag("--seed")] = Field(
+        None,
+        ge=0,
+        le=UINT64_MAX,
+        description="RNG seed: the same seed gives the same output; automatic: a new one each reply.",
+    )
+    rule: Annotated[Rule, Flag("--rule")] = Field(
+        "speculative",
+        description="Acceptance rule at temperature > 0. 'speculative': accept with min(1, p/q) "
+        "(Leviathan et al.); 'match': sample from the target and accept while equal (llama.cpp server).",
+    )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class ReplyOptions(BaseModel):
+    """How long a reply may run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_tokens: Annotated[int, Flag("--max-tokens")] = Field(
+        1024, ge=1, le=MAX_CTX, description="Longest reply in tokens."
+    )
+
+
+GROUPS: tuple[type[BaseModel], ...] = (ModelOptions, DraftOptions, SamplingParams, ReplyOptions)
+
+
+def flag_of(field: FieldInfo) -> Flag | None:
+    """The field's command-line flag, or None when it has none (``overflow``)."""
+    return next((m for m in field.metadata if isinstance(m, Flag)), None)
+
+
+def values(obj: BaseModel, group: type[BaseModel]) -> dict[str, Any]:
+    """``group``'s fields of ``obj``, an instance of the group or of a model that reuses it
+    (the settings are a ModelOptions)."""
+    return {name: getattr(obj, name) for name in group.model_fields}
+
+
+# --- ranges and their messages ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Option:
+    """A numeric field's range, read from its pydantic constraints: what :func:`check` tests."""
+
     flag: str  # the CLI spelling, used in messages unless the caller gives its own label
     kind: type  # int or float
     lo: Number | None = None
@@ -41,27 +222,31 @@ class Option:
     hint: str = ""  # said after a value below the range: why the bound, or what to use instead
 
 
+def _option(name: str, field: FieldInfo) -> Option | None:
+    """The range of an int or float field (or of one that may also be None); None otherwise."""
+    types = get_args(field.annotation) or (field.annotation,)
+    kinds = [t for t in types if t is not type(None)]
+    if kinds not in ([int], [float]):
+        return None  # a switch, a choice or a path
+    lo: Any = None
+    hi: Any = None
+    lo_open = False
+    for m in field.metadata:
+        if isinstance(m, Ge):
+            lo = m.ge
+        elif isinstance(m, Gt):
+            lo, lo_open = m.gt, True
+        elif isinstance(m, Le):
+            hi = m.le
+    flag = flag_of(field)
+    return Option(
+        flag.name if flag else name, kinds[0], lo, hi, lo_open, len(kinds) < len(types), flag.hint if flag else ""
+    )
+
+
+# every numeric option by its field name (names are unique across the groups)
 OPTIONS: dict[str, Option] = {
-    # model and context
-    "n_ctx": Option(
-        "--ctx", int, MIN_CTX, MAX_CTX, hint="llama.cpp allocates at least 256 tokens of context whatever is asked"
-    ),
-    # more than the machine's CPUs are lowered to its CPUs at load (clamp_threads)
-    "threads": Option("--threads", int, 1, 512, optional=True),
-    "gpu_layers": Option("--gpu-layers", int, -1, INT32_MAX, optional=True, hint="-1 = all"),
-    "draft_gpu_layers": Option("--draft-gpu-layers", int, -1, INT32_MAX, optional=True, hint="-1 = all"),
-    # drafting
-    "max_k": Option("--draft-max", int, 0, MAX_DRAFT, hint="0 never drafts"),
-    "p_min": Option("--p-min", float, 0.0, 1.0),
-    # the reply
-    "max_tokens": Option("--max-tokens", int, 1, MAX_CTX),
-    "temperature": Option("--temp", float, 0.0, 5.0, hint="0 is greedy"),
-    "top_k": Option("--top-k", int, 0, INT32_MAX, hint="0 turns it off"),
-    "top_p": Option("--top-p", float, 0.0, 1.0, lo_open=True, hint="1 turns it off"),
-    "min_p": Option("--min-p", float, 0.0, 1.0, hint="0 turns it off"),
-    "repeat_penalty": Option("--repeat-penalty", float, 1.0, 3.0, hint="1 turns it off"),
-    "repeat_last_n": Option("--repeat-last-n", int, 0, MAX_CTX),
-    "seed": Option("--seed", int, 0, UINT64_MAX, optional=True),
+    name: opt for group in GROUPS for name, field in group.model_fields.items() if (opt := _option(name, field))
 }
 
 
@@ -110,17 +295,6 @@ def parse(name: str, text: str, label: str | None = None):
     except ValueError:
         raise OptionError(f"{label} must be {_kind(opt)} {_range(opt)} (got {text!r})") from None
     return require(name, value, label)
-
-
-def bounds(name: str) -> dict:
-    """The range as pydantic ``Field`` keyword arguments (ge/gt/le)."""
-    opt = OPTIONS[name]
-    out = {}
-    if opt.lo is not None:
-        out["gt" if opt.lo_open else "ge"] = opt.lo
-    if opt.hi is not None:
-        out["le"] = opt.hi
-    return out
 
 
 def usable_cpus() -> int:

@@ -15,39 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from .options import bounds  # each range is defined once, there
-
-Rule = Literal["speculative", "match"]
-
-
-class SamplingParams(BaseModel):
-    """How the next token is chosen; shared by the target, the draft and the target-only path."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    temperature: float = Field(0.0, **bounds("temperature"), description="0 means greedy (argmax).")
-    top_k: int = Field(40, **bounds("top_k"), description="Keep the k most likely tokens; 0 disables.")
-    top_p: float = Field(0.95, **bounds("top_p"), description="Nucleus: smallest set with mass >= top_p.")
-    min_p: float = Field(0.05, **bounds("min_p"), description="Drop tokens below min_p x the top probability.")
-    repeat_penalty: float = Field(1.0, **bounds("repeat_penalty"), description="llama.cpp-style penalty; 1 disables.")
-    repeat_last_n: int = Field(
-        64, **bounds("repeat_last_n"), description="How many recent tokens the penalty looks at."
-    )
-    seed: int | None = Field(None, **bounds("seed"), description="RNG seed; the same seed gives the same output.")
-    rule: Rule = Field(
-        "speculative",
-        description="'speculative': accept with min(1, p/q) (Leviathan et al.); "
-        "'match': sample from the target and accept while equal (llama.cpp server).",
-    )
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
+# defined with the other option groups, where each field's default, range and flag live
+from .options import SamplingParams
 
 
 def apply_repeat_penalty(logits: np.ndarray, history: Sequence[int], params: SamplingParams) -> np.ndarray:

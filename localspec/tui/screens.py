@@ -1,7 +1,8 @@
 """Screens of the chat app: pair menu, downloads, loading, chat list, per-chat settings,
 app settings, race, help and error dialogs. Each returns its result with ``dismiss`` and holds
-no model state; the app loads and generates. The download screen runs its own thread worker
-(``pull`` with a progress callback) since it lives exactly as long as the download.
+no model state; the app loads and the chat screen generates. The download and race screens run
+thread workers of their own (``pull`` with a progress callback; the target alone's runs), since
+each lives exactly as long as its work.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
+from pydantic.fields import FieldInfo
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -35,10 +37,16 @@ from textual.widgets import (
     Switch,
     TextArea,
 )
+from textual.widgets.markdown import MarkdownStream
 from textual.widgets.option_list import Option
+from textual.worker import get_current_worker
 
+from ..conversation import ChatSession, Ending, Generation, Rematch, ReplyStep
 from ..core import options
-from .widgets import visible
+from ..core.stats import RunStats
+from .widgets import race_speed_line, race_verdict, visible
+
+ResultType = TypeVar("ResultType")
 
 
 def human_bytes(n: float | None) -> str:
@@ -94,15 +102,19 @@ class LoadingScreen(ModalScreen[None]):
     def __init__(self, what: str) -> None:
         super().__init__(classes="dialog-screen")
         self.what = what
+        self.status = "starting"
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Static(Text(f"Loading {self.what}"), classes="dialog-title")
             yield LoadingIndicator()
-            yield Static("starting", id="loading-status")
+            yield Static(Text(self.status), id="loading-status")
 
     def say(self, text: str) -> None:
-        self.query_one("#loading-status", Static).update(Text(text))
+        """Show ``text``; before the screen is composed it is kept and shown when it is."""
+        self.status = text
+        for status in self.query("#loading-status").results(Static):
+            status.update(Text(text))
 
 
 class HelpScreen(ModalScreen[None]):
@@ -152,17 +164,27 @@ class ChatListScreen(ModalScreen[tuple[str, int] | None]):
 
     @on(OptionList.OptionSelected)
     def _open(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(("open", int(event.option.id)))
+        if event.option.id is not None:  # every option is made with its chat's id
+            self.dismiss(("open", int(event.option.id)))
 
     def action_delete(self) -> None:
         ol = self.query_one(OptionList)
-        if ol.highlighted is not None:
-            self.dismiss(("delete", int(ol.get_option_at_index(ol.highlighted).id)))
+        chat_id = ol.get_option_at_index(ol.highlighted).id if ol.highlighted is not None else None
+        if chat_id is not None:
+            self.dismiss(("delete", int(chat_id)))
 
 
 # --- per-chat settings ---------------------------------------------------------------------
 
-SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "seed")
+# the chat's own numbers, each with its field in localspec.core.options (label, help, range):
+# every numeric sampling option, then the reply length
+CHAT_FIELDS = {
+    name: field
+    for group in (options.SamplingParams, options.ReplyOptions)
+    for name, field in group.model_fields.items()
+    if name in options.OPTIONS
+}
+SAMPLING_FIELDS = tuple(name for name in CHAT_FIELDS if name in options.SamplingParams.model_fields)
 
 
 class FieldError(Static):
@@ -189,9 +211,9 @@ def threads_note(value) -> str | None:
     return None
 
 
-class OptionForm:
-    """Fields whose values are options (localspec.core.options): each is parsed and range-checked
-    as it is typed and again on save, with the refusal shown beside the field.
+class OptionForm(ModalScreen[ResultType]):
+    """A dialog whose fields are options (localspec.core.options): each is parsed and
+    range-checked as it is typed and again on save, with the refusal shown beside the field.
     ``fields``: input id -> (option name, label used in messages)."""
 
     fields: dict[str, tuple[str, str]] = {}
@@ -215,7 +237,7 @@ class OptionForm:
         refused = [self.fields[i][1] for i, (ok, _) in checked.items() if not ok]
         return {i: value for i, (_, value) in checked.items()}, refused
 
-    def on_input_changed(self, event: Input.Changed) -> None:  # by name: this is a mixin
+    def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id in self.fields:
             self._check_field(event.input.id)
 
@@ -223,11 +245,11 @@ class OptionForm:
         return Text(f"not saved: {', '.join(refused)} out of range (see beside each)", style="red")
 
 
-class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
+class ChatSettingsScreen(OptionForm[dict | None]):
     """System prompt, sampling, reply length and drafting mode of one chat."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
-    fields = {f"s-{name}": (name, name) for name in (*SAMPLING_FIELDS, "max_tokens")}
+    fields = {f"s-{name}": (name, name) for name in CHAT_FIELDS}
 
     def __init__(self, system_prompt: str, sampling: dict, max_tokens: int, mode: str, modes: Sequence[str]) -> None:
         super().__init__(classes="dialog-screen")
@@ -240,12 +262,13 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
             yield Label("System prompt")
             yield TextArea(self.system_prompt, id="system-prompt", classes="short-area")
             values = {**self.sampling, "max_tokens": self.max_tokens}
-            for name in (*SAMPLING_FIELDS, "max_tokens"):
+            for name, field in CHAT_FIELDS.items():
                 value = values.get(name)
                 with Horizontal(classes="field-row"):
                     yield Label(name, classes="field-label")
                     yield Input("" if value is None else str(value), id=f"s-{name}")
                 yield FieldError(id=f"e-s-{name}")
+                yield Static(Text(field.description or ""), classes="field-help")
             with Horizontal(classes="field-row"):
                 yield Label("drafting", classes="field-label")
                 yield Select([(m, m) for m in self.modes], value=self.mode, allow_blank=False, id="s-mode")
@@ -256,7 +279,6 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
     def action_save(self) -> None:
         from pydantic import ValidationError
 
-        from ..core.sampling import SamplingParams
         from ..settings import describe_validation_error
 
         error = self.query_one("#settings-error", Static)
@@ -266,7 +288,7 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
             return
         raw = {name: values[f"s-{name}"] for name in SAMPLING_FIELDS}
         try:  # the fields above are valid; this checks what the chat stored besides them
-            params = SamplingParams.model_validate({**self.sampling, **raw})
+            params = options.SamplingParams.model_validate({**self.sampling, **raw})
         except ValidationError as e:
             error.update(Text(describe_validation_error(e), style="red"))
             return
@@ -282,39 +304,26 @@ class ChatSettingsScreen(OptionForm, ModalScreen[dict | None]):
 
 # --- app settings --------------------------------------------------------------------------
 
+# what the settings screen edits, in order: where models live, every model option and the reply
+# length (top-level keys of the settings), every drafting option (draft.*), then the app's own
 APP_SETTING_KEYS = (
     "models_dir",
-    "gpu_layers",
-    "draft_gpu_layers",
-    "threads",
-    "n_ctx",
-    "max_tokens",
-    "overflow",
-    "draft.max_k",
-    "draft.adaptive",
-    "draft.p_min",
+    *options.ModelOptions.model_fields,
+    *options.ReplyOptions.model_fields,
+    *(f"draft.{name}" for name in options.DraftOptions.model_fields),
     "export_dir",
     "show_draft_tokens",
 )
 
-
-# settings keys whose values are options (localspec.core.options), with their option's name
-SETTING_OPTIONS = {
-    "gpu_layers": "gpu_layers",
-    "draft_gpu_layers": "draft_gpu_layers",
-    "threads": "threads",
-    "n_ctx": "n_ctx",
-    "max_tokens": "max_tokens",
-    "draft.max_k": "max_k",
-    "draft.p_min": "p_min",
-}
+# the keys whose values are numeric options, with the option's name (its field's)
+SETTING_OPTIONS = {key: name for key in APP_SETTING_KEYS if (name := key.rpartition(".")[2]) in options.OPTIONS}
 
 
 def _input_id(key: str) -> str:
     return f"k-{key.replace('.', '-')}"
 
 
-class SettingsScreen(OptionForm, ModalScreen[Any]):
+class SettingsScreen(OptionForm[Any]):
     """Edit the stored settings: option fields are range-checked as typed (localspec.core.options),
     then the whole is validated with the pydantic model before saving."""
 
@@ -325,19 +334,20 @@ class SettingsScreen(OptionForm, ModalScreen[Any]):
         super().__init__(classes="dialog-screen")
         self.settings, self.path, self.warning = settings, path, warning
 
-    def _value(self, key: str):
-        obj = self.settings
+    def _value(self, key: str) -> Any:
+        """The stored value of ``key`` ('draft.p_min': a field of a nested group)."""
+        value: Any = self.settings.model_dump()
         for part in key.split("."):
-            obj = getattr(obj, part, None)
-        return obj
+            value = value[part]
+        return value
 
-    def _description(self, key: str) -> str:
-        model = type(self.settings)
+    def _field(self, key: str) -> FieldInfo | None:
+        """The settings field behind ``key`` ('draft.p_min': DraftOptions.p_min)."""
+        model: Any = type(self.settings)
         *parents, last = key.split(".")
         for p in parents:
             model = model.model_fields[p].annotation
-        field = model.model_fields.get(last)
-        return field.description or "" if field else ""
+        return model.model_fields.get(last)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog"):
@@ -348,13 +358,17 @@ class SettingsScreen(OptionForm, ModalScreen[Any]):
                 value = self._value(key)
                 with Horizontal(classes="field-row"):
                     yield Label(key, classes="field-label")
+                    field = self._field(key)
+                    choices = get_args(field.annotation) if field and get_origin(field.annotation) is Literal else ()
                     if isinstance(value, bool):
                         yield Switch(value, id=_input_id(key))
+                    elif choices:
+                        yield Select([(c, c) for c in choices], value=value, allow_blank=False, id=_input_id(key))
                     else:
                         yield Input("" if value is None else str(value), id=_input_id(key))
                 if key in SETTING_OPTIONS:
                     yield FieldError(id=f"e-{_input_id(key)}")
-                yield Static(Text(self._description(key)), classes="field-help")
+                yield Static(Text(field.description or "" if field else ""), classes="field-help")
             yield Static("", id="settings-error")
             yield Button("Save", variant="primary", id="save")
 
@@ -371,7 +385,8 @@ class SettingsScreen(OptionForm, ModalScreen[Any]):
             return
         data = self.settings.model_dump(mode="json")
         for key in APP_SETTING_KEYS:
-            value = self.query_one(f"#{_input_id(key)}").value
+            widget: Any = self.query_one(f"#{_input_id(key)}")  # an Input, a Switch or a Select
+            value = widget.value
             if _input_id(key) in checked:
                 value = checked[_input_id(key)]
             elif isinstance(value, str):
@@ -408,8 +423,7 @@ def compatible_drafts(pair) -> list:
     The catalog lists drafts per pair; a draft of another family (another vocabulary) would
     fail llama.cpp's compatibility check at load, so the menu never offers it.
     """
-    family = getattr(pair.target, "family", None) or getattr(pair, "family", None)
-    return [d for d in pair.drafts if family is None or getattr(d, "family", family) == family]
+    return [d for d in pair.drafts if d.family == pair.target.family]
 
 
 def draft_options(pair) -> list[tuple[str, str]]:
@@ -463,9 +477,8 @@ class PairScreen(ModalScreen[PairChoice | None]):
         line = self.expected(pair) if self.expected and have else None
         if line:
             text.append(f"\n  {line}", style="#5f87af")
-        if getattr(pair, "good_for", None):
-            good = pair.good_for if isinstance(pair.good_for, str) else ", ".join(pair.good_for)
-            text.append(f"\n  good for: {good}", style="dim")
+        if pair.good_for:
+            text.append(f"\n  good for: {pair.good_for}", style="dim")
         return text
 
     def compose(self) -> ComposeResult:
@@ -581,6 +594,7 @@ class DownloadScreen(ModalScreen[dict | None]):
         self.refs, self.settings, self.pull = list(refs), settings, pull
         self.cancel_event = threading.Event()
         self.last_progress = None
+        self.error: str | None = None  # what ended the download, shown until the screen closes
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
@@ -614,7 +628,9 @@ class DownloadScreen(ModalScreen[dict | None]):
             try:
                 paths[ref.filename] = self.pull(ref, self.settings, **kwargs)
             except Exception as e:  # DownloadCancelled, DownloadError, OSError: all end the screen
-                cancelled = self.cancel_event.is_set() or type(e).__name__ == "DownloadCancelled"
+                from ..downloads import DownloadCancelled
+
+                cancelled = self.cancel_event.is_set() or isinstance(e, DownloadCancelled)
                 self.post_message(self.Finished(None, None if cancelled else f"{ref.filename}: {e}"))
                 return
         self.post_message(self.Finished(paths, None))
@@ -647,25 +663,47 @@ class DownloadScreen(ModalScreen[dict | None]):
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:
         self.cancel_event.set()
-        if getattr(self, "error", None):
+        if self.error:
             self.dismiss(None)
 
 
 # --- race ----------------------------------------------------------------------------------
 
+# Tuning choice: the race runs the target alone twice, so that what two runs of one
+# computation differ by on this machine (the noise) is measured beside any gain.
+RACE_RUNS = 2
+
 
 class RaceScreen(Screen[None]):
     """The last prompt answered twice: with speculation (the reply already in the chat) and by
-    the target alone (streaming now). The measured ratio replaces the estimate in the panel."""
+    the target alone, RACE_RUNS times (the first run streams; later ones add their speed).
+    ``measured(tokens_per_second)`` gets the target alone's mean over the runs that finished:
+    the measured ratio replaces the estimate in the panel. The runs are thread workers of this
+    screen's own, since it lives exactly as long as the race."""
 
-    BINDINGS = [Binding("escape", "app.close_race", "Close")]
+    BINDINGS = [Binding("escape", "close", "Close")]
 
-    def __init__(self, spec_text: str, spec_tps: float, mode: str) -> None:
+    class Stepped(Message):
+        def __init__(self, step: ReplyStep) -> None:
+            super().__init__()
+            self.step = step
+
+    class Ended(Message):
+        def __init__(self, ending: Ending) -> None:
+            super().__init__()
+            self.ending = ending
+
+    def __init__(self, rematch: Rematch, session: ChatSession, measured: Callable[[float], None]) -> None:
         super().__init__()
-        self.spec_text, self.spec_tps, self.mode = spec_text, spec_tps, mode
+        self.rematch, self.session, self.measured = rematch, session, measured
+        self.spec_text, self.spec_tps, self.mode = rematch.reply, rematch.tokens_per_second, rematch.mode
         self.target_text = ""
-        self.target_tps: float | None = None
-        self._stream = None
+        self.target_tps: float | None = None  # the mean, once the race is over
+        self.runs: list[tuple[RunStats, str]] = []  # the target alone's ended runs and their status
+        self.current = RunStats()  # the run going on
+        self.generation: Generation | None = None
+        self._over = False
+        self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("Race: the same prompt, with speculation and with the target alone", classes="dialog-title")
@@ -685,25 +723,84 @@ class RaceScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self._stream = Markdown.get_stream(self.query_one("#race-right", Markdown))
+        self._next_run()
 
-    async def append(self, text: str, tps: float) -> None:
+    @property
+    def running(self) -> bool:
+        return self.generation is not None
+
+    def _next_run(self) -> None:
+        self.current = RunStats()
+        self.generation = Generation(self.session, self.rematch.request, explain=False)
+        self._run(self.generation)
+
+    @work(thread=True, exclusive=True, group="race")
+    def _run(self, generation: Generation) -> None:
+        worker = get_current_worker()
+        ending = generation.run(lambda step: self.post_message(self.Stepped(step)), lambda: worker.is_cancelled)
+        self.post_message(self.Ended(ending))
+
+    async def _append(self, text: str) -> None:
+        """The first run's text, streamed beside the speculative reply."""
         self.target_text += text
         if self._stream is not None:
             await self._stream.write(visible(text))
-        self.query_one("#race-right-speed", Static).update(f"target alone: {tps:.1f} tok/s (running)")
 
-    async def finish(self, tps: float, status: str) -> None:
+    async def on_race_screen_stepped(self, m: Stepped) -> None:
+        if self._over:
+            return
+        self.current.add(m.step.step)
+        if not self.runs and m.step.answer:
+            await self._append(m.step.answer)
+        speeds = [r.tokens_per_second for r, _ in self.runs] + [self.current.tokens_per_second]
+        self.query_one("#race-right-speed", Static).update(race_speed_line(speeds, running=True))
+
+    async def on_race_screen_ended(self, m: Ended) -> None:
+        if self._over:
+            return
+        ending = m.ending
+        if ending.error:
+            self.notify(ending.error, title="Race failed", severity="error", markup=False)
+        if not self.runs and ending.rest[1]:
+            await self._append(ending.rest[1])
+        self.runs.append((self.current, ending.status))
+        if ending.status == "done" and len(self.runs) < RACE_RUNS:
+            self._next_run()
+            return
+        self._end()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        self.target_tps = tps
-        note = "" if status == "done" else f" ({status})"
-        self.query_one("#race-right-speed", Static).update(f"target alone: {tps:.1f} tok/s{note}")
-        ratio = self.spec_tps / tps if tps else float("nan")
-        same = "identical replies" if self.spec_text == self.target_text else "replies differ"
-        self.query_one("#race-verdict", Static).update(
-            Text(
-                f"measured speed-up {ratio:.2f}×  ({self.spec_tps:.1f} vs {tps:.1f} tok/s) · {same} · Esc closes",
-                style="bold",
-            )
-        )
+        speeds = [r.tokens_per_second for r, _ in self.runs]
+        runs = [t for t in speeds if t]
+        self.target_tps = sum(runs) / len(runs) if runs else 0.0
+        note = "" if ending.status == "done" else f" ({ending.status})"
+        self.query_one("#race-right-speed", Static).update(race_speed_line(speeds, running=False, note=note))
+        same = self.spec_text == self.target_text
+        verdict = race_verdict(self.spec_tps, self.rematch.drafted, speeds, same)
+        self.query_one("#race-verdict", Static).update(Text(verdict, style="bold"))
+
+    def _end(self, report: bool = True) -> None:
+        """The race is over: stop a run still going and hand on what the finished runs measured."""
+        if self._over:
+            return
+        self._over = True
+        if self.generation is not None:
+            self.generation.stop()  # it stops at its next step
+            self.generation = None
+        done = [r.tokens_per_second for r, status in self.runs if status == "done" and r.tokens_per_second]
+        if report and done:
+            self.measured(sum(done) / len(done))
+
+    def stop(self) -> None:
+        """Stop the run going on; the race ends with what the finished runs measured."""
+        if self.generation is not None:
+            self.generation.stop()
+
+    def abandon(self) -> None:
+        """Stop the race and report nothing: the session it measures is being left."""
+        self._end(report=False)
+
+    def action_close(self) -> None:
+        self._end()
+        self.dismiss(None)

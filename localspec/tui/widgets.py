@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rich.table import Table
 from rich.text import Text
@@ -20,7 +20,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Collapsible, Markdown, Sparkline, Static, TextArea
+from textual.widgets.markdown import MarkdownStream
 
+from ..conversation import InspectedStep, add_draft_span
 from ..core.stats import RunStats
 
 DRAFT_STYLE = "bold #00af5f"  # readable on both the dark and the light theme
@@ -39,8 +41,12 @@ CODE_BLOCK = re.compile(r"```[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _CONTROL_PICTURES = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)} | {0x7F: 0x2421}
 
 
-def visible(text: str) -> str:
-    """``text`` safe to draw: control characters shown as ␛, ␀, … (stored text is unchanged)."""
+def visible(text: str, token: bool = False) -> str:
+    """``text`` safe to draw: control characters shown as ␛, ␀, … (stored text is unchanged).
+    A ``token`` (the inspector's) also shows its blanks, ⏎ for a newline and · for a space, and
+    ∅ when it is empty, so that tokens read apart."""
+    if token:
+        return text.replace("\n", "⏎").replace(" ", "·").translate(_CONTROL_PICTURES) or "∅"
     return text.translate(_CONTROL_PICTURES)
 
 
@@ -105,7 +111,7 @@ class ReplyView(Vertical):
         self.status = status
         self.message_id: int | None = None  # set once the reply is stored
         self._summary = summary
-        self._stream = None
+        self._stream: MarkdownStream | None = None
         self._unsent = ""
         self._token_view_dirty = True
         self._chunk: Static | None = None  # the token view's last (growing) paragraph
@@ -176,11 +182,7 @@ class ReplyView(Vertical):
         start = len(self.text)
         self.text += text
         if n_draft_chars > 0:
-            end = start + min(n_draft_chars, len(text))
-            if self.draft_spans and self.draft_spans[-1][1] == start:
-                self.draft_spans[-1] = (self.draft_spans[-1][0], end)  # merge touching spans
-            else:
-                self.draft_spans.append((start, end))
+            add_draft_span(self.draft_spans, start, start + min(n_draft_chars, len(text)))
         self._token_view_dirty = True
         if self._stream is None or self.has_class("-tokens"):
             # not mounted yet, or the Markdown view is hidden: catch up when it is shown
@@ -227,7 +229,7 @@ class ReplyView(Vertical):
         text.append(self._summary, style="dim")
         return text
 
-    def token_text(self, start: int = 0, end: int | None = None) -> Text:
+    def coloured_text(self, start: int = 0, end: int | None = None) -> Text:
         """``text[start:end]`` with the draft's characters painted (the colour view)."""
         end = len(self.text) if end is None else end
         shown = visible(self.text[start:end])
@@ -267,7 +269,7 @@ class ReplyView(Vertical):
             if self._chunk is None:
                 self._chunk = Static(classes="token-chunk")
                 box.mount(self._chunk)
-            self._chunk.update(self.token_text(self._chunk_start, end))
+            self._chunk.update(self.coloured_text(self._chunk_start, end))
             if cut < 0:
                 return
             # paragraph complete: it stays as painted; skip the blank line(s) after it
@@ -466,22 +468,6 @@ def race_speed_line(target_tps: Sequence[float], running: bool, note: str = "") 
 # --- step inspector ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class InspectedStep:
-    """What the inspector draws for one step (texts looked up in the worker thread)."""
-
-    index: int
-    k: int
-    drafted: tuple[str, ...]
-    n_accepted: int
-    token: str  # the target's own token: correction, or bonus when all drafts were kept
-
-    @property
-    def bonus(self) -> bool:
-        """All drafts kept, so the target's token is a bonus (k = 0 is a plain target step)."""
-        return bool(self.drafted) and self.n_accepted == len(self.drafted)
-
-
 def draft_marks(step: InspectedStep) -> list[tuple[str, str]]:
     """(token text, mark) for each drafted token: accepted, rejected (first mismatch), discarded."""
     marks = []
@@ -491,10 +477,6 @@ def draft_marks(step: InspectedStep) -> list[tuple[str, str]]:
     return marks
 
 
-def _visible(token: str) -> str:
-    return visible(token.replace("\n", "⏎").replace(" ", "·")) or "∅"
-
-
 class StepInspector(Vertical):
     """The last N steps: drafted tokens marked ✓ accepted, ✗ rejected, ~ discarded; → target."""
 
@@ -502,22 +484,30 @@ class StepInspector(Vertical):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.steps: list[InspectedStep] = []
+        self.steps: deque[InspectedStep] = deque(maxlen=self.N)  # the last N, drawn by ``draw``
+
+    def add(self, step: InspectedStep) -> None:
+        self.steps.append(step)
+
+    def clear(self) -> None:
+        self.steps.clear()
 
     def compose(self):
         yield Static("Step inspector  ✓ accepted  ✗ rejected  ~ discarded  → target", classes="panel-title")
         yield Static("", id="inspector-body")
 
-    def show(self, steps: Sequence[InspectedStep]) -> None:
-        self.steps = list(steps)[-self.N :]
+    def draw(self) -> None:
+        """Draw the steps, when the inspector is shown (hidden, it only keeps them)."""
+        if not self.display:
+            return
         styles = {"accepted": ACCEPTED_STYLE, "rejected": REJECTED_STYLE, "discarded": DISCARDED_STYLE}
         signs = {"accepted": "✓", "rejected": "✗", "discarded": "~"}
         text = Text()
         for j, s in enumerate(self.steps):
             text.append(f"#{s.index:<4} k={s.k:<2} ", style="dim")
             for token, mark in draft_marks(s):
-                text.append(f"{signs[mark]}{_visible(token)} ", style=styles[mark])
-            text.append(("+ " if s.bonus else "→ ") + _visible(s.token), style=TARGET_TOKEN_STYLE)
+                text.append(f"{signs[mark]}{visible(token, token=True)} ", style=styles[mark])
+            text.append(("+ " if s.bonus else "→ ") + visible(s.token, token=True), style=TARGET_TOKEN_STYLE)
             if j < len(self.steps) - 1:
                 text.append("\n")
         if not self.steps:

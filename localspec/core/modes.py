@@ -1,0 +1,158 @@
+"""Drafting modes: a name for each way of drafting, and the factory that builds it.
+
+A factory gets a :class:`ModeContext` (the session's models, their measured costs and the
+drafting options, for one longest draft ``max_k``) and builds a :class:`Drafting`: the
+controller that picks k each step, kept across replies because what it learns (acceptance,
+measured speed) belongs to this configuration, and a fresh drafter for each reply. A session
+keeps one Drafting per registered mode and longest draft, so two configurations never share
+a controller.
+
+"none", "draft" and "lookup" are built in (:func:`builtin_modes`); the bench registers its
+own (an oracle, fixed k and p_min, token matching) on its session's registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from .controller import CostModel, DraftController, LookupGate
+from .costs import DraftCost
+from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .options import DEFAULT_P_MIN
+from .protocol import CachedModel
+
+# Tuning choice: beside a draft model, copies start distrusted (alpha 0.5 < the 0.75 a copy
+# needs) and earn trust from being scored against what the model's steps kept, for free. With
+# the controller's 3:1 prior, long early copies on an edit prompt were rejected, which dragged
+# the draft model's own acceptance and measured speed down until drafting switched off.
+COPY_PRIOR = (1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class ModeContext:
+    """What a mode is built from: one per session and longest draft."""
+
+    target: CachedModel
+    draft: CachedModel | None
+    costs: CostModel  # the pair's, measured at load: one verify curve for every mode of a target
+    max_k: int = 16  # the longest draft
+    adaptive: bool = True  # False: every step drafts max_k tokens (--no-adapt)
+    copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
+    banned: frozenset[int] = frozenset()  # ids the draft must never propose (compat)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a drafter is made for: one reply."""
+
+    prompt_len: int = 0
+    p_min: float = DEFAULT_P_MIN  # the draft's confidence floor for this reply
+
+
+@dataclass(frozen=True)
+class Drafting:
+    """A mode's state in a session: its controller, and a new drafter for each reply (which
+    may share what the mode learns across replies, such as a lookup gate)."""
+
+    controller: DraftController
+    new_drafter: Callable[[Reply], Drafter]
+
+
+ModeFactory = Callable[[ModeContext], Drafting]
+
+
+@dataclass(frozen=True)
+class DraftingMode:
+    """A registered mode. Equal modes (same name, same factory) share their state in a
+    session; a factory that holds its configuration as fields compares by it."""
+
+    name: str
+    build: ModeFactory
+    counts_as_use: bool = True  # the user's drafting: its use goes into the machine's profile
+
+
+class ModeRegistry:
+    """Drafting modes by name."""
+
+    def __init__(self) -> None:
+        self._modes: dict[str, DraftingMode] = {}
+
+    def register(self, name: str, build: ModeFactory, counts_as_use: bool = True) -> DraftingMode:
+        """Add ``name`` (or replace it: the session then builds the new one afresh)."""
+        self._modes[name] = DraftingMode(name, build, counts_as_use)
+        return self._modes[name]
+
+    def __getitem__(self, name: str) -> DraftingMode:
+        try:
+            return self._modes[name]
+        except KeyError:
+            raise ValueError(f"unknown drafting mode {name!r} (known: {', '.join(self._modes)})") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._modes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._modes)
+
+
+def controller_for(ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None) -> DraftController:
+    """A controller on the pair's verify curve (one target, so one table of verify times shared
+    by every mode); a draft token costs the draft model's pass, or nothing (prompt lookup).
+    Without adaptation every step drafts ``max_k`` tokens unless ``fixed_k`` says otherwise."""
+    costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
+    if fixed_k is None and not ctx.adaptive:
+        fixed_k = ctx.max_k
+    return DraftController(costs, ctx.max_k, fixed_k)
+
+
+def target_alone(ctx: ModeContext) -> Drafting:
+    """The "none" mode: the target alone, through the same loop."""
+    return Drafting(controller_for(ctx, draft_cost=False, fixed_k=0), lambda reply: NoDrafter())
+
+
+def draft_model(ctx: ModeContext) -> Drafting:
+    """The "draft" mode: the draft model, which copies a prompt-lookup match instead when the match has
+    earned it (adaptive, with ``copy``). With --no-adapt the draft length is the user's: p_min
+    alone stops a draft, no marginal rule."""
+    draft = ctx.draft
+    if draft is None:
+        raise ValueError("this session has no draft model")
+    controller = controller_for(ctx, draft_cost=True)
+    rule_costs = controller.costs if ctx.adaptive else None
+    gate = LookupGate(controller.costs, COPY_PRIOR) if ctx.adaptive and ctx.copy else None
+
+    def new_drafter(reply: Reply) -> Drafter:
+        drafter = ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs)
+        return drafter.with_lookup(PromptLookupDrafter(gate=gate), ctx.max_k) if gate else drafter
+
+    return Drafting(controller, new_drafter)
+
+
+def prompt_lookup(ctx: ModeContext) -> Drafting:
+    """The "lookup" mode: prompt lookup, whose gate (adaptive) keeps what it learnt across replies."""
+    controller = controller_for(ctx, draft_cost=False)
+    gate = LookupGate(controller.costs) if ctx.adaptive else None
+    return Drafting(controller, lambda reply: PromptLookupDrafter(gate=gate))
+
+
+def builtin_modes() -> ModeRegistry:
+    """A registry with the modes every session has."""
+    modes = ModeRegistry()
+    modes.register("none", target_alone)
+    modes.register("draft", draft_model)
+    modes.register("lookup", prompt_lookup)
+    return modes
+
+
+def repeatable(mode: DraftingMode, ctx: ModeContext, at_load: CostModel) -> Drafting:
+    """``mode`` with draft lengths that follow no timing, for a sampled reply with a seed.
+
+    The speculative rule's random draws depend on how many tokens each step drafts, so a draft
+    length picked from this moment's measured speed would make the same seed give another reply.
+    Here k is what the costs measured at load choose at the prior acceptance, fixed for every
+    reply; no marginal rule, no copies, no exploration. The reply's distribution is the same
+    either way; only the adaptation is given up. (Greedy replies never need this: they are the
+    target's own, token for token.)"""
+    k = mode.build(replace(ctx, costs=at_load)).controller.best().k
+    return mode.build(replace(ctx, max_k=k, adaptive=False, copy=False))
