@@ -43,6 +43,12 @@ MIN_SAMPLES = 3  # fewer samples than this: the estimate is thin (calibration ta
 STALE_AFTER = 96  # verifies since a size was last measured before its estimate counts as old
 LEVEL_WINDOW = 5  # recent residuals that decide the machine's speed: a change shows after 3, before
 #                   it can flip the median of a size's own samples (3 from calibration + 3)
+# ... and only by more than this (log; about 10 %): noise of a few per cent must not move it.
+# The samples are kept relative to the level, so a size measured every step absorbs any level
+# within a few steps and nothing pulls a drifted level back: without a dead band it random-walked
+# on the noise. On the Q4 target here it reached -0.3 over 70 replies while T(1) stayed put, and
+# the sizes not measured since the load (6, 8) read 26 % cheap, so drafts ran too long.
+LEVEL_DEADBAND = 0.1
 CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (k + 1 <= 64)
 DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)
 
@@ -86,8 +92,8 @@ class VerifyCurve:
             # kernels) and can be many times slower than the next: it warms, it is not kept
             self._warmed.add(n)
             return
-        if not self.uncertain(n):
-            self._follow(math.log(seconds / self.T(n)))
+        if not self.uncertain(n):  # against its own samples: the monotone fit may have pooled it
+            self._follow(math.log(seconds / (median(self._samples[n]) * math.exp(self.level))))
         self._samples.setdefault(n, deque(maxlen=WINDOW)).append(seconds / math.exp(self.level))
         self._seen[n] = self.n_observed
         self._full = None
@@ -95,11 +101,12 @@ class VerifyCurve:
     def _follow(self, residual: float) -> None:
         """The machine's speed: the median of the recent log residuals of sound sizes moves
         the level of the whole curve (so sizes not in use follow a machine that slowed down or
-        sped up). Until most of the last LEVEL_WINDOW residuals agree nothing moves: one
-        outlier, or one size whose estimate was off, cannot shift the curve."""
+        sped up). Until most of the last LEVEL_WINDOW residuals agree, by more than
+        LEVEL_DEADBAND, nothing moves: one outlier, one size whose estimate was off, or the
+        noise of a steady machine cannot shift the curve."""
         self._residuals.append(residual)
         shift = median(self._residuals)
-        if shift:
+        if abs(shift) > LEVEL_DEADBAND:
             self.level += shift
             self._residuals = deque((r - shift for r in self._residuals), maxlen=LEVEL_WINDOW)
             self._full = None
