@@ -81,6 +81,16 @@ def load_suite(name_or_path: str = "default") -> dict:
     return suite
 
 
+def only(suite: dict, ids: str) -> dict:
+    """The suite with only the prompts whose ids ``ids`` lists (comma-separated); ValueError
+    when none of them is in it."""
+    wanted = set(ids.split(","))
+    prompts = [p for p in suite["prompts"] if p["id"] in wanted]
+    if not prompts:
+        raise ValueError(f"no prompt with id in {sorted(wanted)}")
+    return {**suite, "prompts": prompts}
+
+
 def quick(suite: dict) -> dict:
     prompts = [p for p in suite["prompts"] if p["id"] in QUICK_PROMPTS] or suite["prompts"][:3]
     return {**suite, "prompts": prompts, "max_tokens": QUICK_MAX_TOKENS}

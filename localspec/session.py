@@ -19,7 +19,8 @@ from .compat import Compatibility, check_compatible
 from .core.controller import CostModel, DraftingState, explain
 from .core.costs import calibrate
 from .core.engine import SpeculativeEngine, Step
-from .core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, Reply, builtin_modes, repeatable
+from .core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, Reply, builtin_modes
+from .core.modes import repeatable as repeatable_mode
 from .core.options import DraftOptions, ModelOptions, values
 from .core.sampling import SamplingParams
 from .offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
@@ -113,8 +114,8 @@ class Session:
         self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
         self._costs_at_load = CostModel(curve.points(), draft_cost.seconds)  # a copy: seeded replies (modes.repeatable)
         self.modes: ModeRegistry = builtin_modes()  # the bench registers its own beside these
-        self._drafting: dict[tuple[DraftingMode, int], Drafting] = {}  # by mode and longest draft
-        self._repeatable: dict[tuple[DraftingMode, int], Drafting] = {}  # the same, for seeded replies
+        # by mode, longest draft, and whether it is the seeded replies' (modes.repeatable)
+        self._drafting: dict[tuple[DraftingMode, int, bool], Drafting] = {}
         self.save_profile()
 
     @classmethod
@@ -204,26 +205,22 @@ class Session:
         (a server request's ``speculative.n_max`` / ``.p_min``); ``prompt_len`` is the reply's
         prompt (the bench's oracle replays what follows it). ``repeatable``: draft lengths that
         follow no timing, so a seeded sampled reply repeats (``modes.repeatable``)."""
-        drafting = self._repeatable_drafting(mode, n_max) if repeatable else self.drafting(mode, n_max)
+        drafting = self.drafting(mode, n_max, repeatable)
         reply = Reply(prompt_len, self.options.p_min if p_min is None else p_min)
         return SpeculativeEngine(self.target, drafting.new_drafter(reply), drafting.controller)
 
-    def drafting(self, mode: Mode | str | None = None, n_max: int | None = None) -> Drafting:
+    def drafting(self, mode: Mode | str | None = None, n_max: int | None = None, repeatable: bool = False) -> Drafting:
         """The state of ``mode`` at longest draft ``n_max`` (default: the options'), built on
         first use: each longest draft keeps a controller of its own, since what it learns
-        (acceptance, measured speed) depends on it."""
+        (acceptance, measured speed) depends on it. ``repeatable``: the mode's fixed-length
+        form for seeded replies (``modes.repeatable``), kept apart."""
         spec = self.modes[mode or self.mode]
         max_k = n_max or self.options.max_k
-        if (spec, max_k) not in self._drafting:
-            self._drafting[spec, max_k] = spec.build(self._mode_context(max_k))
-        return self._drafting[spec, max_k]
-
-    def _repeatable_drafting(self, mode: Mode | str | None, n_max: int | None) -> Drafting:
-        spec = self.modes[mode or self.mode]
-        max_k = n_max or self.options.max_k
-        if (spec, max_k) not in self._repeatable:
-            self._repeatable[spec, max_k] = repeatable(spec, self._mode_context(max_k), self._costs_at_load)
-        return self._repeatable[spec, max_k]
+        key = (spec, max_k, repeatable)
+        if key not in self._drafting:
+            ctx = self._mode_context(max_k)
+            self._drafting[key] = repeatable_mode(spec, ctx, self._costs_at_load) if repeatable else spec.build(ctx)
+        return self._drafting[key]
 
     def _mode_context(self, max_k: int) -> ModeContext:
         banned = self.compat.banned_draft_ids if self.compat else frozenset()

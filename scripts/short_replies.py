@@ -82,10 +82,7 @@ def main() -> int:
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     suite = bench.load_suite("default")
-    prompts = suite["prompts"]
-    if args.prompts:
-        wanted = args.prompts.split(",")
-        prompts = [q for q in prompts if q["id"] in wanted]
+    prompts = (bench.only(suite, args.prompts) if args.prompts else suite)["prompts"]
     session = Session.load(PairSpec(args.target, args.draft), LoadOptions(threads=args.threads))
     try:
         bench.register_modes(session, MODES)

@@ -82,10 +82,10 @@ def cmd_bench(args) -> int:
     if args.quick:
         suite = bench.quick(suite)
     if args.prompts:
-        wanted = set(args.prompts.split(","))
-        suite = {**suite, "prompts": [p for p in suite["prompts"] if p["id"] in wanted]}
-        if not suite["prompts"]:
-            print(f"error: no prompt with id in {sorted(wanted)}", file=sys.stderr)
+        try:
+            suite = bench.only(suite, args.prompts)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
             return 2
     if args.max_tokens:
         suite = {**suite, "max_tokens": args.max_tokens}
