@@ -63,6 +63,7 @@ class Row:
     predicted_speedup: float | None  # Leviathan et al. with the measured T(k) and acceptance
     achieved_over_predicted: float | None
     n_tokens: int
+    runs_tokens_per_second: tuple[float, ...] = ()  # every repeat, in the order they ran
 
 
 def load_suite(name_or_path: str = "default") -> dict:
@@ -187,12 +188,19 @@ class FixedDraft:
         )
 
 
+# The target alone once more, interleaved like every mode: its speed-up against "none" is
+# what this run's noise alone does to a ratio (nothing differs but the time it ran).
+CONTROL = "control"
+
+
 def register_modes(session, modes: Sequence[str]) -> None:
     """The bench's own modes, on the session's registry beside the built-in ones: oracles,
-    fixed configurations, and 'X:match' (mode X verified by token matching, with a controller
-    of its own). None of them is the user's use of the pair."""
+    fixed configurations, the control, and 'X:match' (mode X verified by token matching, with
+    a controller of its own). None of them is the user's use of the pair."""
     for name in modes:
         base = split_mode(name)[0]
+        if base == CONTROL and base not in session.modes:
+            session.modes.register(CONTROL, session.modes["none"].build, counts_as_use=False)
         if base not in session.modes:
             session.modes.register(base, _bench_factory(base), counts_as_use=False)
         if name not in session.modes:
@@ -388,6 +396,7 @@ def summarise(session, costs, prompt, temp, runs: dict[str, list[Run]]) -> list[
                 pred,
                 (speedup / pred) if (speedup and pred) else None,
                 int(statistics.median(x["n_tokens"] for x in s)),
+                tuple(x["tokens_per_second"] for x in s),
             )
         )
     return out
@@ -419,6 +428,7 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
                 "median_tokens_per_second": statistics.median([r.tokens_per_second for r in sel]),
                 "median_speedup": statistics.median(ups) if ups else None,
                 "min_speedup": min(ups) if ups else None,
+                "max_speedup": max(ups) if ups else None,
                 "identical": sum(1 for r in sel if r.identical) if temp == 0.0 and mode != "none" else None,
                 "by_category": {
                     c: statistics.median([r.speedup for r in sel if r.category == c and r.speedup])
@@ -498,6 +508,7 @@ def markdown(rep: dict) -> str:
         f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
         f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s",
     ]
+    lines += control_markdown(rep["summary"].get(f"{CONTROL}@0.0"))
     lines += curve_markdown(rep.get("engine_curve"))
     lines += sweep_markdown(rep.get("sweep"))
     mem = rep.get("memory") or {}
@@ -507,6 +518,16 @@ def markdown(rep: dict) -> str:
             f"{mem['files_plus_kv_bytes'] / 1e9:.2f} GB ({mem['rss_over_need']:.2f}x)"
         )
     return "\n".join(lines) + "\n"
+
+
+def control_markdown(control: dict | None) -> list[str]:
+    if not control or control.get("median_speedup") is None:
+        return []
+    return [
+        f"Control (the target alone again, interleaved): speed-up median {control['median_speedup']:.2f}, "
+        f"min {control['min_speedup']:.2f}, max {control['max_speedup']:.2f}: ratios this far from 1.00 "
+        "are this run's noise."
+    ]
 
 
 def curve_markdown(cmp: dict | None) -> list[str]:

@@ -122,6 +122,23 @@ class TestSweep:
         text = md.read_text()
         assert "auto ÷ best fixed" in text and "engine ÷ direct" in text
 
+    def test_the_control_runs_the_target_alone_again_and_says_the_noise(self, tiny_pair, tmp_path):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
+        out, md = tmp_path / "r.json", tmp_path / "r.md"
+        args = ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--control", "--threads", "1"]
+        rc = main([*args, "--ctx", "512", "--suite", str(suite), "--json", str(out), "--markdown", str(md)])
+        assert rc == 0
+        rep = json.loads(out.read_text())
+        control = [r for r in rep["rows"] if r["mode"] == "control"]
+        assert len(control) == 1 and control[0]["identical"] is True and control[0]["acceptance_rate"] is None
+        assert control[0]["runs_tokens_per_second"] == [control[0]["tokens_per_second"]]  # one repeat
+        noise = rep["summary"]["control@0.0"]
+        assert noise["min_speedup"] == control[0]["speedup"] == noise["max_speedup"] > 0
+        assert f"Control (the target alone again, interleaved): speed-up median {noise['median_speedup']:.2f}" in (
+            md.read_text()
+        )
+
     def test_sweep_needs_a_draft_model(self, tiny_pair, capsys):
         assert main(["bench", "--target", str(tiny_pair[0]), "--lookup", "--sweep"]) == 2
         assert "--sweep" in capsys.readouterr().err

@@ -11,13 +11,14 @@ from localspec.core.controller import (
     EXPLORE_SHARE,
     FIRST_PROBE,
     TRIAL_STEPS,
+    TRY_SHARE,
     CostModel,
     DraftController,
     expected_tokens,
     explain,
 )
-from localspec.core.costs import calibrate
-from localspec.core.drafters import NoDrafter
+from localspec.core.costs import READ_MIN, DraftCost, calibrate
+from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.sampling import SamplingParams
 
@@ -65,8 +66,13 @@ class TestProbing:
         for _ in range(40):
             c.observe(4, 0)  # a run of bad drafts: k = 0 now looks best
         assert c.best().k == 0
-        ks = [c.choose().k for _ in range(100)]
-        assert 0 < sum(k > 0 for k in ks) <= 4
+        ks = [c.choose().k for _ in range(2000)]
+        tries = [i for i in range(2000) if ks[i] and not ks[i - 1]]
+        # each try lasts TRIAL_STEPS steps, and all tries together cost at most their budget
+        assert len(tries) >= 3 and sum(k > 0 for k in ks) == TRIAL_STEPS * len(tries)
+        assert all(b - a >= FIRST_PROBE for a, b in zip(tries, tries[1:]))
+        earned = TRY_SHARE * (c.best_case() - 1.0) * c.costs.T(1) * 2000
+        assert len(tries) * c._cost_of_try(0) <= earned
 
 
 class TestMeasuredGuard:
@@ -78,6 +84,16 @@ class TestMeasuredGuard:
         for _ in range(6):
             c.observe_rate(n_tokens=1, seconds=1.5)  # ...but each drafting step made 0.67 tok/s < 1
         assert c.best().k == 0
+
+    def test_a_trial_is_judged_on_all_its_steps_not_on_an_unlucky_first_one(self):
+        # the F16 target here: a first draft rejected (1 token in 2 passes), then 4 tokens
+        # in 1.7 passes a step: 1.8x the target alone over the trial
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        c.observe_rate(1, 2.0)
+        for _ in range(TRIAL_STEPS - 1):
+            c.observe_rate(4, 1.7)
+        assert c.drafting_pays() and c._realized == pytest.approx((1 + 4 * (TRIAL_STEPS - 1)) / (2.0 + 1.7 * 3))
+        assert c.best().k > 0
 
     def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
         c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
@@ -253,6 +269,81 @@ class TestConvergence:
         assert sum(m > 0 for m in measured) <= len(measured) / EXPLORE_EVERY + 1
 
 
+# --- tries and the draft model's catch-up ----------------------------------------------------
+def q4_cpu(n):  # the direct measurement of the Q4 1.5B target here (T(k)/T(1)): compute-bound
+    ratios = {1: 1.0, 2: 1.45, 3: 1.7, 4: 1.72, 6: 2.4, 8: 2.9, 9: 3.2, 16: 4.2}
+    xs = sorted(ratios)
+    return 0.075 * float(np.interp(n, xs, [ratios[x] for x in xs], right=4.2 + 0.2 * (n - 16)))
+
+
+def draft_pass(n):  # the 0.5B draft here: a pass 0.47 T(1), reading 60 tokens at once 4.4 T(1)
+    return 0.03 + 0.005 * n
+
+
+class TestTriesPayForTheCatchUp:
+    """A try of drafting after a stretch without it makes the draft model read every token
+    since: on a compute-bound target that read costs several target passes, so tries spend
+    a budget (TRY_SHARE of drafting's best case) and cannot make the target slower."""
+
+    def chat(self, monkeypatch, draft_seed, replies=12, tokens=96, p_min=0.0):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: q4_cpu(n))
+        draft_fn = hashed_logits(seed=draft_seed, n_vocab=V, eos_bias=-100)
+        draft = TimedModel(draft_fn, V, clock, lambda n, call: draft_pass(n))
+        verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
+        ctl = DraftController(CostModel(verify, draft_cost), max_k=8)
+        engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=p_min, costs=ctl.costs), ctl)
+        alone = SpeculativeEngine(target, NoDrafter(), DraftController(CostModel(verify), fixed_k=0))
+        prompts = [[5 + (i * 7 + j) % 40 for j in range(60)] for i in range(replies)]
+        spent = [sum(s.step_seconds for s in e.generate(p, GREEDY, tokens)) for p in prompts for e in (engine, alone)]
+        return ctl, sum(spent[0::2]), sum(spent[1::2])
+
+    def test_the_catch_up_read_is_measured_at_load(self, monkeypatch):
+        ctl, _, _ = self.chat(monkeypatch, draft_seed=4, replies=0)
+        assert ctl.costs.draft.read(60) == pytest.approx(draft_pass(48) / 48 * 60, rel=0.01)
+        assert ctl.costs.t_draft == pytest.approx(draft_pass(1))
+        assert 1.15 < ctl.best_case() < 1.3 and ctl.worth_trying()  # so it tries
+
+    def test_a_draft_that_never_agrees_costs_at_most_the_budget(self, monkeypatch):
+        # a draft unrelated to the target: every try fails, and pays for its catch-up
+        ctl, drafting, alone = self.chat(monkeypatch, draft_seed=4)
+        budget = TRY_SHARE * (ctl.best_case() - 1.0)
+        assert drafting <= (1.0 + budget + 0.01) * alone, drafting / alone
+        assert ctl._drafted  # it did try (its first reply)
+
+    def test_the_first_reply_tries_from_its_first_step_with_the_prompt_read(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: q4_cpu(n))
+        draft = TimedModel(fn, V, clock, lambda n, call: draft_pass(n))
+        verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
+        ctl = DraftController(CostModel(verify, draft_cost), max_k=8)
+        assert ctl.best().k == 0 and ctl.first_try_due()  # the prior acceptance says no, the hardware maybe
+        engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
+        prompt = [5 + j % 40 for j in range(60)]
+        steps = engine.generate(prompt, GREEDY, 32)
+        first = next(steps)
+        assert draft.cached[:59] == prompt[:59] and first.k > 0  # read with the prompt, tried at once
+        assert first.draft_seconds < draft_pass(READ_MIN)  # no catch-up inside the step
+        list(steps)
+        assert not ctl.first_try_due()
+
+
+class TestDraftCost:
+    def test_reading_is_per_token_and_ignores_short_passes(self):
+        cost = DraftCost(0.04)
+        assert cost.read(10) == pytest.approx(10 * 0.25 * 0.04)  # the prior: a quarter of a pass
+        cost.observe_read(READ_MIN - 1, 1.0)  # an ordinary pass that read a few accepted tokens
+        cost.observe_read(50, 0.5)
+        cost.observe_read(20, 0.2)
+        cost.observe_read(40, 40.0)  # one outlier
+        assert cost.read(100) == pytest.approx(1.0)
+        assert cost.copy().read(100) == pytest.approx(1.0)
+
+
 class TestOracleAgreesWithEngine:
     def test_adaptive_text_is_the_target_s_own(self, monkeypatch):
         clock = VirtualClock()
@@ -297,6 +388,21 @@ class TestExplain:
         state = explain(ctl)
         assert not state.on and "at the measured acceptance (" in state.line
         assert state.next_try_in == FIRST_PROBE - 1 and f"tries again in {FIRST_PROBE - 1} steps" in state.line
+
+    def test_a_try_waiting_for_its_catch_up_budget_says_when(self):
+        ctl = DraftController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), max_k=8)
+        ctl.costs.draft.observe_read(100, 2.0)  # reading costs 0.02 s a token: 500 tokens, 10 passes
+        for _ in range(40):
+            ctl.observe(4, 0)
+        ks = [ctl.choose(lambda: 500).k for _ in range(FIRST_PROBE + 10)]
+        assert not any(ks)  # the back-off has passed, but the budget does not afford the catch-up yet
+        earn = TRY_SHARE * (ctl.best_case() - 1.0) * ctl.costs.T(1)
+        cost = ctl._cost_of_try(500)  # 10 passes of catch-up and the trial's steps
+        assert cost > 10.0
+        wait = round((cost - earn * (FIRST_PROBE + 10)) / earn + 0.5)
+        assert explain(ctl).next_try_in == pytest.approx(wait, abs=1) and wait > 10
+        assert f"tries again in {explain(ctl).next_try_in} steps" in explain(ctl).line
+        assert any(ctl.choose(lambda: 500).k for _ in range(wait + 1))  # and then it tries
 
     def test_the_guard_says_what_it_measured_and_a_try_that_pays_says_so(self):
         ctl = DraftController(CostModel({1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8, 17: 3.0}, t_draft=0.1), max_k=8)

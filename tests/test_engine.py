@@ -159,7 +159,7 @@ class TestAdaptive:
         fn = hashed_logits(seed=12, n_vocab=V)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n)[:2])
         ctl = DraftController(CostModel({1: 1.0, 2: 1.1, 3: 1.2}), max_k=4, fixed_k=3)
-        ctl.choose = lambda: Choice(3, 1.0, 1.0, measure=8)
+        ctl.choose = lambda behind=None: Choice(3, 1.0, 1.0, measure=8)
         target = FakeModel(fn, V)
         got, steps = run(SpeculativeEngine(target, drafter, ctl))
         assert got == target_only(fn)[0]

@@ -52,6 +52,12 @@ def register(sub) -> None:
         help="also run fixed draft configurations (k in 2,3,4,6,8 x p_min in 0,0.75) beside "
         "auto mode and report auto / best fixed per prompt (needs --draft)",
     )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="also run the target alone a second time ('control'), interleaved like every mode: "
+        "its speed-up against the first is this run's noise",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.set_defaults(func=cmd_bench)
@@ -106,6 +112,8 @@ def cmd_bench(args) -> int:
         modes += bench.sweep_modes()
     if args.compare_rules:
         modes += [f"{m}:match" for m in modes if m != "none"]
+    if args.control:
+        modes.append(bench.CONTROL)
     lookup = args.lookup
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args)

@@ -13,12 +13,13 @@ memory-bound one (big model, GPU) T(n) is nearly flat and long drafts pay.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .costs import STALE_AFTER, DraftCost, VerifyCurve
+from .costs import READ_MIN, STALE_AFTER, DraftCost, VerifyCurve
 
 # Tuning choices, each with its reason:
 EMA = 0.2  # weight of a new measured rate: follows a changing machine within ~5 steps
@@ -35,6 +36,15 @@ OPTIMISTIC_ALPHA = 0.95  # if even this acceptance cannot pay, probing is pointl
 # here (a draft pass 0.48 T(1), T(2) 1.43 T(1)) even 95 % acceptance promised only 1.07x, and
 # one such try per reply cost 4-9 % of a 96-token reply.
 PROBE_GAIN = 1.15
+# ... and a try pays for that catch-up from a budget: each step without drafting earns this
+# share of what drafting could win at best (the best case at OPTIMISTIC_ALPHA), and a try
+# spends what it costs for sure: the draft model's catch-up (the tokens since it last ran,
+# timed as reading: costs.DraftCost.read) and its trial steps' draft passes. So tries'
+# catch-ups and passes cost at most a twentieth of drafting's best case: about 1 % of decode
+# time on the Q4 target here (best case 1.2x), where one try in a 96-token reply measured
+# 5-10 % of that reply; where drafting could double the speed (F16, GPU) a try of the same
+# cost is afforded about 7x sooner.
+TRY_SHARE = 0.05
 # The model can be wrong where it is blind (drafts cut short by p_min, prose where the draft
 # hesitates): so drafting must also *measure* faster than the target alone. A trial of this
 # many drafting steps decides. A tie is not enough (GUARD_TOLERANCE 1): on the Q4 target here,
@@ -198,7 +208,9 @@ class LookupGate:
     so one acceptance rate for every lookup draft either blocks the good matches or lets the
     bad ones cost a verify row each (on prose that made lookup 12 % slower than the target
     alone). The gate keeps a geometric acceptance estimate per match length and proposes the
-    prefix j of the match that maximises E(j) / T(j+1), nothing when j = 0 wins. A blocked
+    prefix j of the match that maximises E(j) / T(j+1), nothing when that is not MIN_GAIN
+    better than j = 0 (so a length not seen yet, at alpha 0.5, is not proposed where a verify
+    row costs more than 0.43 of a pass, as on the Q4 target here). A blocked
     length still gets a one-token try now and then (backing off like the controller's probes),
     because text changes and the estimate can only move when something is proposed.
     """
@@ -222,8 +234,9 @@ class LookupGate:
         try_cost = self.costs.T(2) - self.costs.T(1)
         self._credit = min(self._credit + PROBE_SHARE * self.costs.T(1), 2 * try_cost)
         expected = expected_tokens(self.alpha(n), np.arange(available + 1))
-        j = int(np.argmax(expected / self.costs.curve(available + 1)[1:]))
-        return j if j > 0 else self._probe(n, try_cost)
+        speeds = expected / self.costs.curve(available + 1)[1:]
+        j = int(np.argmax(speeds))
+        return j if speeds[j] >= MIN_GAIN * speeds[0] and j > 0 else self._probe(n, try_cost)
 
     def _probe(self, n: int, try_cost: float) -> int:
         self._blocked[n] = self._blocked.get(n, 0) + 1
@@ -257,9 +270,14 @@ class DraftController:
         self._since_draft = 0
         self._realized: float | None = None  # EMA tokens/s of steps that drafted
         self._n_realized = 0
+        self._trial = [0.0, 0.0]  # tokens and seconds of the trial's steps so far
         self._since_explore = 0
         self._credit = 0.0  # seconds of exploration earned (EXPLORE_SHARE of every step)
         self._resumed = False  # the last trial found that drafting pays again
+        self._try_credit = 0.0  # seconds a try may cost (TRY_SHARE)
+        self._try_cost = 0.0  # the last try's cost, estimated when it was due
+        self._drafted = False  # any draft verified yet (the first try is due at once)
+        self._trial_left = 0  # steps left of a try whose catch-up is paid
 
     @property
     def alpha(self) -> float:
@@ -296,11 +314,20 @@ class DraftController:
             return Choice(0, base, base)
         return Choice(k, speed, base)
 
+    def best_case(self) -> float:
+        """Drafting's speed-up over the target alone at OPTIMISTIC_ALPHA and its best k."""
+        speeds = self.speeds(OPTIMISTIC_ALPHA)
+        return float(speeds.max() / speeds[0])
+
+    def first_try_due(self) -> bool:
+        """Nothing drafted yet, and the hardware could pay: the first reply tries drafting
+        from its first step (so the engine has the draft model read the prompt up front)."""
+        return self.fixed_k is None and bool(self.costs.verify) and not self._drafted and self.worth_trying()
+
     def worth_trying(self) -> bool:
         """Whether drafting could pay on this hardware at all: even at OPTIMISTIC_ALPHA it
         must promise PROBE_GAIN over the target alone, or it is never tried."""
-        speeds = self.speeds(OPTIMISTIC_ALPHA)
-        return bool(speeds.max() >= PROBE_GAIN * speeds[0])
+        return self.best_case() >= PROBE_GAIN
 
     def drafting_pays(self) -> bool:
         """Measured, not modelled: the last trial's drafting steps kept up with the target alone."""
@@ -308,10 +335,11 @@ class DraftController:
             return True  # still measuring
         return self._realized >= GUARD_TOLERANCE / self.costs.T(1)
 
-    def choose(self) -> Choice:
+    def choose(self, behind: Callable[[], int] | None = None) -> Choice:
         """The k to draft this step (see ``_choose_k``), now and then with a verify size to
-        measure (``_explore``)."""
-        choice = self._choose_k()
+        measure (``_explore``). ``behind``: how many tokens the drafter would have to read
+        before drafting (asked only when a try is due)."""
+        choice = self._choose_k(behind)
         if self.fixed_k is not None or not self.costs.verify:
             return choice
         return self._explore(choice)
@@ -365,32 +393,83 @@ class DraftController:
             return None
         return max(could_win, key=lambda k: optimistic[k]) + 1
 
-    def _choose_k(self) -> Choice:
+    def _choose_k(self, behind: Callable[[], int] | None = None) -> Choice:
         """The best k, except that while k = 0 wins it still tries drafting now and then: the
         acceptance (or the measured speed) can only change when something is drafted. Tries
-        back off exponentially, and stop altogether when even a near-perfect draft could not
-        pay on this hardware."""
+        back off exponentially, wait until the budget affords the draft model's catch-up
+        (``_try_due``), last TRIAL_STEPS steps once it is paid, and stop altogether when even
+        a near-perfect draft could not pay on this hardware."""
         choice = self.best()
         if choice.k > 0 or self.fixed_k is not None or not self.costs.verify:
+            self._trial_left = 0
             return choice
         model_k, _ = self._best_k()
         if model_k == 0 and not self.worth_trying():
             return choice  # the hardware rules drafting out whatever the acceptance
-        self._since_draft += 1
-        if self._since_draft < self._probe_every:
+        if self._trial_left > 0:  # the try goes on: its catch-up is paid
+            self._trial_left -= 1
+            return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
+        if not self._try_due(behind, passes=model_k == 0):
             return choice
-        self._since_draft = 0
         self._probe_every = min(self._probe_every * 2, MAX_PROBE)
         if model_k > 0:  # the guard said no: give drafting a new trial of TRIAL_STEPS steps
-            self._realized, self._n_realized = None, 0
+            self._realized, self._n_realized, self._trial = None, 0, [0.0, 0.0]
             return self.best()
+        self._trial_left = TRIAL_STEPS - 1
         return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
+
+    def _try_due(self, behind: Callable[[], int] | None, passes: bool = True) -> bool:
+        """A step without drafting earns try budget; a try is due once the back-off has
+        passed and the budget affords what it costs (``_cost_of_try``: the draft model's
+        catch-up on the ``behind()`` tokens it has not read, and, with ``passes``, the trial's
+        draft passes: not when the model expects them to pay and only the measured guard said
+        no, which a few unlucky steps can do). The first try, before anything was drafted, is
+        due at once and free."""
+        self._since_draft += 1
+        earn = self._try_earning()
+        # banked up to one catch-up that is waiting, or MAX_PROBE steps' worth: never a burst
+        self._try_credit = min(self._try_credit + earn, max(earn * MAX_PROBE, self._try_cost))
+        if self._since_draft < self._probe_every and self._drafted:
+            return False
+        self._try_cost = self._cost_of_try(behind() if behind else 0, passes) if self._drafted else 0.0
+        if self._try_cost > self._try_credit:
+            return False  # tried as soon as the budget affords it
+        self._try_credit -= self._try_cost
+        self._since_draft = 0
+        return True
+
+    def _cost_of_try(self, n_behind: int, passes: bool = True) -> float:
+        """What a try spends whatever it finds: the draft model's catch-up, and the draft
+        passes of its TRIAL_STEPS steps. (Verify rows are spent only on what is proposed:
+        prompt lookup proposes nothing without a match, and its gate budgets its own tries.)"""
+        catch_up = self.costs.draft.read(n_behind) if n_behind >= READ_MIN else 0.0
+        return catch_up + (TRIAL_STEPS * PROBE_K * self.costs.t_draft if passes else 0.0)
+
+    def _try_earning(self) -> float:
+        """Seconds of catch-up a step without drafting earns (TRY_SHARE of the best case)."""
+        return TRY_SHARE * max(self.best_case() - 1.0, 0.0) * self.costs.T(1)
+
+    def next_try_in(self) -> int:
+        """Steps until drafting is tried again: the back-off's, or until the budget affords
+        the last known catch-up, whichever is later (an estimate: the catch-up grows)."""
+        steps = self._probe_every - self._since_draft if self._drafted else 1
+        short = self._try_cost - self._try_credit
+        earn = self._try_earning()
+        if short > 0 and earn > 0:
+            steps = max(steps, math.ceil(short / earn))
+        return max(steps, 1)
 
     def observe_rate(self, n_tokens: int, seconds: float) -> None:
         """Tokens/s of a step that spent something on drafting (a draft pass or a verify row)."""
         if seconds <= 0:
             return
-        self._realized = _smooth(self._realized, n_tokens / seconds)
+        self._drafted = True
+        if self._n_realized < TRIAL_STEPS:  # a trial is judged on all its steps together:
+            self._trial[0] += n_tokens  # an EMA seeded by one unlucky first step switched
+            self._trial[1] += seconds  # drafting off on the F16 target here where it ran at 2x
+            self._realized = self._trial[0] / self._trial[1]
+        else:
+            self._realized = _smooth(self._realized, n_tokens / seconds)
         self._n_realized += 1
         if self._n_realized == TRIAL_STEPS:
             pays = self.drafting_pays()
@@ -402,6 +481,7 @@ class DraftController:
         """Count the verdict (``decayed_counts``); drafting that pays again resets the probes."""
         if n_drafted == 0:
             return
+        self._drafted = True
         self.accepted, self.rejected = decayed_counts(self.accepted, self.rejected, n_drafted, n_accepted)
         # (a trial of the guard's still in progress has not paid yet: it keeps its back-off)
         if self.fixed_k is None and self._n_realized >= TRIAL_STEPS and self.best().k > 0:
@@ -491,7 +571,7 @@ def _explain_guard(ctl: DraftController, speed: float) -> DraftingState:
         0,
         f"drafting measured {realized:.1f} tok/s against "
         f"{base:.1f} tok/s for the target alone ({realized / base:.2f}×)",
-        max(ctl._probe_every - ctl._since_draft, 1),
+        ctl.next_try_in(),
         costs.t_draft / t1,
         costs.T(2) / t1,
         speed / base,
@@ -524,7 +604,7 @@ def _explain_off(ctl: DraftController) -> DraftingState:
         False,
         0,
         f"{costs_words}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best_any:.2f}×",
-        max(ctl._probe_every - ctl._since_draft, 1),
+        ctl.next_try_in(),
         draft_cost,
         costs.T(2) / t1,
         best_any,

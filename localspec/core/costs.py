@@ -51,6 +51,11 @@ LEVEL_WINDOW = 5  # recent residuals that decide the machine's speed: a change s
 LEVEL_DEADBAND = 0.1
 CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (k + 1 <= 64)
 DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)
+# A draft model that did not run for a while must read every token since (the prompt, too, when
+# drafting was off at the start of a reply) before it drafts: passes of at least this many
+# tokens are timed as reading, per token; shorter ones are ordinary draft passes.
+READ_MIN = 8
+READ_PRIOR = 0.25  # before any read is timed: a token read costs a quarter of a draft pass
 
 clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
 
@@ -191,11 +196,13 @@ def isotonic(samples: Sequence[Sequence[float]]) -> list[float]:
 
 class DraftCost:
     """Seconds per draft pass: the median of the recent passes (the catch-up pass after a
-    step reads the accepted tokens too, so single passes vary)."""
+    step reads the accepted tokens too, so single passes vary). And seconds per token read in
+    a batch (``read``): what it costs the draft model to catch up on a stretch it did not see."""
 
     def __init__(self, seconds: float = 0.0) -> None:
         self._samples: deque[float] = deque(maxlen=DRAFT_WINDOW)
         self._value = 0.0
+        self._read: deque[float] = deque(maxlen=DRAFT_WINDOW)
         if seconds > 0:
             self.observe(1, seconds)
 
@@ -209,10 +216,21 @@ class DraftCost:
         self._samples.append(seconds / n_evals)
         self._value = median(self._samples)
 
+    def observe_read(self, n_tokens: int, seconds: float) -> None:
+        """A pass that read ``n_tokens`` >= READ_MIN tokens at once took ``seconds``."""
+        if n_tokens >= READ_MIN and seconds > 0:
+            self._read.append(seconds / n_tokens)
+
+    def read(self, n_tokens: int) -> float:
+        """Seconds to read ``n_tokens`` at once (the measured per-token median, times n)."""
+        per_token = median(self._read) if self._read else READ_PRIOR * self._value
+        return n_tokens * per_token
+
     def copy(self) -> DraftCost:
         other = DraftCost()
         other._samples = deque(self._samples, maxlen=DRAFT_WINDOW)
         other._value = self._value
+        other._read = deque(self._read, maxlen=DRAFT_WINDOW)
         return other
 
 
@@ -284,4 +302,19 @@ def calibrate(
     if draft is not None:
         for s in time_sizes(draft, (1,), repeats, prefix, warmup).get(1, []):
             draft_cost.observe(1, s)
+        draft_cost.observe_read(prefix, time_read(draft, prefix))
     return curve, draft_cost
+
+
+def time_read(model: CachedModel, n: int) -> float:
+    """Seconds to read ``n`` tokens into an empty cache (the weights are paged in by then:
+    ``time_sizes`` ran first). The cache is restored."""
+    saved = list(model.cached)
+    n = min(n, model.n_ctx)
+    try:
+        model.truncate(0)
+        t0 = clock()
+        model.evaluate(calibration_tokens(model, n), 1)
+        return clock() - t0
+    finally:
+        model.sync(saved)

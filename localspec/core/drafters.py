@@ -9,9 +9,10 @@ from; ``None`` means the tokens were chosen deterministically (prompt lookup, gr
 drafting), which the verification rule treats as one-hot q (transformers'
 PromptLookupCandidateGenerator does the same).
 
-Two hooks, no-ops in :class:`DrafterBase`: ``prefill(context)`` reads the prompt before the
-first step (a draft model), ``observe(n_drafted, n_accepted, kept)`` hears each verify's
-verdict (drafters that learn from it).
+Three hooks, no-ops in :class:`DrafterBase`: ``prefill(context)`` reads the prompt before the
+first step (a draft model), ``behind(context)`` says how many tokens it would have to read
+before drafting (a draft model that has not run for a while), ``observe(n_drafted,
+n_accepted, kept)`` hears each verify's verdict (drafters that learn from it).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from . import costs as _costs
 from .controller import CostModel, LookupGate, MarginalRule
 from .options import DEFAULT_P_MIN  # a tuning choice, explained there
-from .protocol import CachedModel
+from .protocol import CachedModel, common_prefix
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 
 
@@ -35,6 +37,8 @@ class Draft:
     n_evals: int = 0  # forward passes the drafter ran (0 for lookup): feeds the cost model
     confidence: tuple[float, ...] = ()  # the draft's probability for each token it proposed
     copied: bool = False  # a copy from the context in place of a draft model's tokens
+    n_read: int = 0  # tokens the first pass read at once (catching up on the context)
+    read_seconds: float = 0.0  # ... and its time, when that was costs.READ_MIN tokens or more
 
 
 @runtime_checkable
@@ -44,6 +48,8 @@ class Drafter(Protocol):
     def draft(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft: ...
 
     def prefill(self, context: Sequence[int]) -> None: ...
+
+    def behind(self, context: Sequence[int]) -> int: ...
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None: ...
 
@@ -58,6 +64,11 @@ class DrafterBase(Drafter):
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt before the first step (only a draft model has one to read)."""
+
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens of ``context`` the drafter must read before it can draft (a draft model's
+        catch-up; nothing for drafters without a model)."""
+        return 0
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """The verify's verdict on the last draft: ``kept`` is what the step added to the
@@ -128,7 +139,11 @@ class ModelDrafter(DrafterBase):
         k = min(k, room)
         if k <= 0:
             return Draft()
-        rows = self.model.sync(context, n_logits=1, known=self._known(context))
+        known = self._known(context)
+        n_read = len(context) - known - common_prefix(self.model.cached[known:], context[known:])
+        t0 = _costs.clock()
+        rows = self.model.sync(context, n_logits=1, known=known)
+        read_seconds = _costs.clock() - t0 if n_read >= _costs.READ_MIN else 0.0
         assert rows is not None  # sync returns the rows asked for
         n_evals = 1
         ids: list[int] = []
@@ -150,13 +165,17 @@ class ModelDrafter(DrafterBase):
                 break
             rows = self.model.evaluate([token], 1)
             n_evals += 1
-        return Draft(tuple(ids), tuple(qs) if not params.greedy else None, n_evals, tuple(conf))
+        q_draft = tuple(qs) if not params.greedy else None
+        return Draft(tuple(ids), q_draft, n_evals, tuple(conf), n_read=max(n_read, 1), read_seconds=read_seconds)
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt (all but its last token, which the first draft reads) up front;
         a prompt the draft's context cannot hold is left alone (then it drafts nothing)."""
         if len(context) < self.model.n_ctx:
             self.model.sync(context[:-1])
+
+    def behind(self, context: Sequence[int]) -> int:
+        return len(context) - common_prefix(self.model.cached, context)
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """Copied runs learn from their verdict. A copy that was not used is scored against

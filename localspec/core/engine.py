@@ -73,7 +73,6 @@ class SpeculativeEngine:
             fixed = 0 if isinstance(self.drafter, NoDrafter) else None
             controller = DraftController(CostModel(), fixed_k=fixed)
         self.controller = controller
-        self._draft_warm = False  # the draft model has read this reply's prompt
 
     def generate(
         self,
@@ -89,10 +88,8 @@ class SpeculativeEngine:
         stream = TextStream(stop)
         t0 = _costs.clock()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
-        self._draft_warm = False
-        if self.controller.best().k > 0:
+        if self.controller.best().k > 0 or self.controller.first_try_due():
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
-            self._draft_warm = True
         prefill = _costs.clock() - t0
         n_out = 0
         while True:
@@ -109,7 +106,7 @@ class SpeculativeEngine:
 
     def _step(self, context, params, rng, stream, budget, room, prefill) -> Step:
         t_start = _costs.clock()
-        choice = self.controller.choose()
+        choice = self.controller.choose(lambda: self.drafter.behind(context))
         # drafting past the token budget or the context is wasted work
         limit = max(0, min(budget - 1, room - 1))
         k = min(choice.k, limit)
@@ -127,10 +124,9 @@ class SpeculativeEngine:
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
         self._learn(draft, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
-        # the draft model's first pass of a reply may have read the whole prompt: not a
-        # drafting step's speed, so the guard does not see it
-        catch_up = draft.n_evals > 0 and not self._draft_warm
-        self._draft_warm = self._draft_warm or draft.n_evals > 0
+        # a draft model that caught up on the prompt or a stretch it did not see is not a
+        # drafting step's speed, so the guard does not see it (tries pay for it: controller)
+        catch_up = draft.read_seconds > 0
         if (drafted or draft.n_evals) and not draft.copied and not catch_up and not pad:
             self.controller.observe_rate(len(kept), _costs.clock() - t_start)
         emitted, finish = self._cut(kept, budget)
@@ -178,7 +174,11 @@ class SpeculativeEngine:
     def _learn(self, draft: Draft, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify):
         costs = self.controller.costs
         costs.observe_verify(n_verified, t_verify)
-        costs.observe_draft(draft.n_evals, t_draft)
+        if draft.read_seconds > 0:  # the first pass caught up: timed as reading, not drafting
+            costs.draft.observe_read(draft.n_read, draft.read_seconds)
+            costs.observe_draft(draft.n_evals - 1, t_draft - draft.read_seconds)
+        else:
+            costs.observe_draft(draft.n_evals, t_draft)
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         if not draft.copied:  # copies are the drafter's own business (controller.LookupGate)
