@@ -404,21 +404,26 @@ class DraftController:
             self._trial_left = 0
             return choice
         model_k, _ = self._best_k()
-        if model_k == 0 and not self.worth_trying():
+        best_case = self.best_case()
+        if model_k == 0 and best_case < PROBE_GAIN:  # worth_trying(), computed once a step
             return choice  # the hardware rules drafting out whatever the acceptance
         if self._trial_left > 0:  # the try goes on: its catch-up is paid
             self._trial_left -= 1
-            return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
-        if not self._try_due(behind, passes=model_k == 0):
+            return self._probe(choice)
+        if not self._try_due(behind, self._try_earning(best_case), passes=model_k == 0):
             return choice
         self._probe_every = min(self._probe_every * 2, MAX_PROBE)
         if model_k > 0:  # the guard said no: give drafting a new trial of TRIAL_STEPS steps
             self._realized, self._n_realized, self._trial = None, 0, [0.0, 0.0]
             return self.best()
         self._trial_left = TRIAL_STEPS - 1
-        return Choice(PROBE_K, self.speed(PROBE_K), choice.baseline_tps)
+        return self._probe(choice)
 
-    def _try_due(self, behind: Callable[[], int] | None, passes: bool = True) -> bool:
+    def _probe(self, off: Choice) -> Choice:
+        """A try's step: PROBE_K drafts where the model (``off``) says none."""
+        return Choice(PROBE_K, self.speed(PROBE_K), off.baseline_tps)
+
+    def _try_due(self, behind: Callable[[], int] | None, earn: float, passes: bool = True) -> bool:
         """A step without drafting earns try budget; a try is due once the back-off has
         passed and the budget affords what it costs (``_cost_of_try``: the draft model's
         catch-up on the ``behind()`` tokens it has not read, and, with ``passes``, the trial's
@@ -426,7 +431,6 @@ class DraftController:
         no, which a few unlucky steps can do). The first try, before anything was drafted, is
         due at once and free."""
         self._since_draft += 1
-        earn = self._try_earning()
         # banked up to one catch-up that is waiting, or MAX_PROBE steps' worth: never a burst
         self._try_credit = min(self._try_credit + earn, max(earn * MAX_PROBE, self._try_cost))
         if self._since_draft < self._probe_every and self._drafted:
@@ -445,9 +449,10 @@ class DraftController:
         catch_up = self.costs.draft.read(n_behind) if n_behind >= READ_MIN else 0.0
         return catch_up + (TRIAL_STEPS * PROBE_K * self.costs.t_draft if passes else 0.0)
 
-    def _try_earning(self) -> float:
+    def _try_earning(self, best_case: float | None = None) -> float:
         """Seconds of catch-up a step without drafting earns (TRY_SHARE of the best case)."""
-        return TRY_SHARE * max(self.best_case() - 1.0, 0.0) * self.costs.T(1)
+        best_case = self.best_case() if best_case is None else best_case
+        return TRY_SHARE * max(best_case - 1.0, 0.0) * self.costs.T(1)
 
     def next_try_in(self) -> int:
         """Steps until drafting is tried again: the back-off's, or until the budget affords
