@@ -20,6 +20,7 @@ from localspec.core.controller import (
 from localspec.core.costs import READ_MIN, DraftCost, calibrate
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.modes import Drafting, ModeContext, Reply, prompt_lookup, target_alone
 from localspec.core.sampling import SamplingParams
 
 V = 50
@@ -330,6 +331,76 @@ class TestTriesPayForTheCatchUp:
         assert first.draft_seconds < draft_pass(READ_MIN)  # no catch-up inside the step
         list(steps)
         assert not ctl.first_try_due()
+
+
+class TestGatedLookup:
+    """Prompt lookup's controller is gated: its gate weighs each match, k is only the cap. One
+    acceptance over all of lookup's proposals (low after code, where short matches are
+    coincidences) blocked the long copies a summary quotes."""
+
+    @staticmethod
+    def scripted(replies):
+        """A target whose greedy reply to each prompt is scripted (a sure one-hot)."""
+
+        def fn(history):
+            z = np.zeros(V, dtype=np.float32)
+            for prompt, reply in replies.items():
+                if tuple(history[: len(prompt)]) == prompt and len(history) >= len(prompt):
+                    z[reply[(len(history) - len(prompt)) % len(reply)]] = 5.0
+            return z
+
+        return fn
+
+    def chat(self, monkeypatch, gated=True):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        rng = np.random.default_rng(7)
+        code = [tuple(int(t) for t in (40 + i, *rng.integers(1, 8, 30))) for i in range(6)]
+        passage = [int(t) for t in rng.permutation(np.arange(11, 39))] * 2  # quoted back in the reply
+        summary = (46, *passage, 9, 10)
+        replies = {p: [int(t) for t in rng.integers(1, 8, 64)] for p in code} | {summary: passage}
+        target = TimedModel(self.scripted(replies), V, clock, lambda n, call: q4_cpu(n))
+        verify, _ = calibrate(target, (1, 2, 3, 4, 6, 8, 16))
+        ctx = ModeContext(target, None, CostModel(verify), max_k=16)
+        lookup = prompt_lookup(ctx)
+        if not gated:  # the controller before: one acceptance for every proposal decides k
+            lookup = Drafting(DraftController(lookup.controller.costs, 16), lookup.new_drafter)
+        alone = target_alone(ctx)
+        spent = {}
+        for prompt in [*code, summary]:
+            for name, mode in (("lookup", lookup), ("alone", alone)):
+                engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(prompt))), mode.controller)
+                steps = list(engine.generate(list(prompt), GREEDY, 56))
+                assert [t for s in steps for t in s.emitted] == replies[prompt][:56]
+                spent[prompt, name] = sum(s.step_seconds for s in steps)
+        on_code = sum(spent[p, "lookup"] for p in code) / sum(spent[p, "alone"] for p in code)
+        return on_code, spent[summary, "lookup"] / spent[summary, "alone"]
+
+    def test_a_quote_after_code_is_still_copied_and_code_is_not_slower(self, monkeypatch):
+        on_code, on_summary = self.chat(monkeypatch)
+        assert on_code <= 1.03  # short coincidental matches: blocked by their gate, not copied
+        assert on_summary <= 0.6  # the quote: long copies, 56 tokens in a few passes
+
+    def test_rejected_short_copies_do_not_block_the_long_ones(self):
+        # the Q4 target here, after code: lookup's proposals accepted 42 % of the time
+        verify = {n: q4_cpu(n) for n in (1, 2, 3, 4, 6, 8, 16)}
+        before, gated = DraftController(CostModel(verify), 16), DraftController(CostModel(verify), 16, gated=True)
+        for ctl in (before, gated):
+            for i in range(40):
+                ctl.observe(3, 1 if i % 4 else 0)
+        assert before.alpha < 0.45 and before.best().k == 0  # one acceptance for all: off
+        assert gated.best().k == 16 and explain(gated).on  # the gate decides each match
+        assert "as much of each match as matches of its length have earned" in explain(gated).line
+
+    def test_where_nothing_could_pay_a_gated_controller_is_off_and_its_guard_still_works(self):
+        linear = DraftController(CostModel({n: float(n) for n in range(1, 18)}), 16, gated=True)
+        assert linear.best().k == 0 and not explain(linear).on and explain(linear).next_try_in is None
+        ctl = DraftController(CostModel({n: q4_cpu(n) for n in (1, 2, 4, 8, 16)}), 16, gated=True)
+        for _ in range(TRIAL_STEPS):
+            ctl.observe_rate(1, 2 * q4_cpu(1))  # proposing steps ran at half the target's speed
+        assert ctl.best().k == 0 and "drafting measured" in explain(ctl).line
+        ks = [ctl.choose().k for _ in range(2 * FIRST_PROBE)]
+        assert ks[0] == 0 and 16 in ks  # a new trial after the back-off
 
 
 class TestDraftCost:

@@ -70,11 +70,9 @@ EXPLORE_SHARE = 0.01
 # 3:1 prior a length took three rejected one-token tries to block; on the Q4 target here each
 # costs 0.42 T(1), and three lengths' worth made lookup 6-7 % slower than the target alone on
 # prose. Where a row is nearly free (F16, GPU) alpha 0.5 still proposes from the first match.
+# (A blocked length is not tried again at a verify row's cost: the match it found is scored
+# against what the step kept, for free; see drafters.PromptLookupDrafter.score.)
 LOOKUP_PRIOR = (1.0, 1.0)
-# ... and a blocked length's one-token tries spend a budget like exploration's: each step with
-# a match earns this share of T(1), a try costs its extra row, T(2) - T(1). On the Q4 target
-# that is one try per ~40 matching steps at most; on F16 (a row ~0.03 T(1)) the back-off rules.
-PROBE_SHARE = 0.01
 
 
 def decayed_counts(accepted: float, rejected: float, n_drafted: int, n_accepted: int) -> tuple[float, float]:
@@ -134,14 +132,6 @@ class CostModel:
     def acceptance(self, c: float) -> float:
         """Calibrated chance that a draft token of confidence c is accepted."""
         return min(max(1.0 - (1.0 - c) * self.rejection_scale, 0.0), 1.0)
-
-
-def _smooth(old: float | None, sample: float) -> float:
-    """EMA of timings, with one sample's pull clipped to [old/2, 2 old]: a page fault or a busy
-    neighbour process must not flip the choice of k on its own."""
-    if old is None:
-        return sample
-    return (1 - EMA) * old + EMA * min(max(sample, old / 2), old * 2)
 
 
 class MarginalRule:
@@ -210,18 +200,15 @@ class LookupGate:
     alone). The gate keeps a geometric acceptance estimate per match length and proposes the
     prefix j of the match that maximises E(j) / T(j+1), nothing when that is not MIN_GAIN
     better than j = 0 (so a length not seen yet, at alpha 0.5, is not proposed where a verify
-    row costs more than 0.43 of a pass, as on the Q4 target here). A blocked
-    length still gets a one-token try now and then (backing off like the controller's probes),
-    because text changes and the estimate can only move when something is proposed.
+    row costs more than 0.43 of a pass, as on the Q4 target here). Text changes, so a blocked
+    length must be able to win trust back: every match, proposed or not, is scored against
+    what the step kept (``observe`` with what the drafter compared), which costs nothing.
     """
 
     def __init__(self, costs: CostModel, prior: tuple[float, float] = LOOKUP_PRIOR) -> None:
         self.costs = costs
         self.prior = prior  # [accepted, rejected] of a match length not seen yet
         self.counts: dict[int, list[float]] = {}  # match length -> [accepted, rejected]
-        self._blocked: dict[int, int] = {}  # match length -> blocked proposals since the last try
-        self._probe_every: dict[int, int] = {}
-        self._credit = 0.0  # seconds of one-token tries earned (PROBE_SHARE)
 
     def alpha(self, n: int) -> float:
         accepted, rejected = self.counts.get(n, self.prior)
@@ -231,46 +218,44 @@ class LookupGate:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
         if available <= 0 or not self.costs.verify:
             return available
-        try_cost = self.costs.T(2) - self.costs.T(1)
-        self._credit = min(self._credit + PROBE_SHARE * self.costs.T(1), 2 * try_cost)
         expected = expected_tokens(self.alpha(n), np.arange(available + 1))
         speeds = expected / self.costs.curve(available + 1)[1:]
         j = int(np.argmax(speeds))
-        return j if speeds[j] >= MIN_GAIN * speeds[0] and j > 0 else self._probe(n, try_cost)
+        return j if speeds[j] >= MIN_GAIN * speeds[0] else 0
 
-    def _probe(self, n: int, try_cost: float) -> int:
-        self._blocked[n] = self._blocked.get(n, 0) + 1
-        every = self._probe_every.get(n, FIRST_PROBE // 2)
-        if self._blocked[n] < every or self._credit < try_cost:
-            return 0
-        self._credit -= try_cost
-        self._blocked[n] = 0
-        self._probe_every[n] = min(every * 2, MAX_PROBE)
-        return 1
-
-    def observe(self, n: int, n_drafted: int, n_accepted: int) -> None:
-        if n_drafted == 0:
+    def observe(self, n: int, n_tested: int, n_accepted: int) -> None:
+        """A verdict on ``n_tested`` tokens of an ``n``-token match's continuation: the first
+        ``n_accepted`` agreed with the target."""
+        if n_tested == 0:
             return
         accepted, rejected = self.counts.get(n, self.prior)
-        self.counts[n] = list(decayed_counts(accepted, rejected, n_drafted, n_accepted))
-        if n_accepted == n_drafted:
-            self._probe_every.pop(n, None)  # it paid: try it again soon if it gets blocked
+        self.counts[n] = list(decayed_counts(accepted, rejected, n_tested, n_accepted))
 
 
 class DraftController:
-    """Picks k each step; ``fixed_k`` turns adaptation off (``--draft-max N --no-adapt``)."""
+    """Picks k each step; ``fixed_k`` turns adaptation off (``--draft-max N --no-adapt``).
 
-    def __init__(self, costs: CostModel, max_k: int = 16, fixed_k: int | None = None) -> None:
+    ``gated``: the drafter decides how much of each proposal to make, and k is only its cap
+    (prompt lookup, whose LookupGate weighs each match by what matches of its length have
+    earned). One acceptance over all of lookup's proposals is the wrong model there: on the
+    Q4 target here rejected 2-3-token copies in code brought it to 0.42, so k = 0 blocked the
+    long copies a summary quotes (lookup fell from 1.3-1.8x to 1.00x on those prompts). A
+    gated controller drafts whenever the hardware could pay at all and the measured guard
+    agrees; it still counts the verdicts, for ``explain``.
+    """
+
+    def __init__(self, costs: CostModel, max_k: int = 16, fixed_k: int | None = None, gated: bool = False) -> None:
         self.costs = costs
         self.max_k = max_k
         self.fixed_k = fixed_k
+        self.gated = gated
         self.accepted = PRIOR_ACCEPTED
         self.rejected = PRIOR_REJECTED
         self._probe_every = FIRST_PROBE
         self._since_draft = 0
-        self._realized: float | None = None  # EMA tokens/s of steps that drafted
+        self._realized: float | None = None  # tokens/s of steps that drafted (the guard's)
         self._n_realized = 0
-        self._trial = [0.0, 0.0]  # tokens and seconds of the trial's steps so far
+        self._trial = [0.0, 0.0]  # tokens and seconds of the trial's steps, then fading sums
         self._since_explore = 0
         self._credit = 0.0  # seconds of exploration earned (EXPLORE_SHARE of every step)
         self._resumed = False  # the last trial found that drafting pays again
@@ -310,9 +295,15 @@ class DraftController:
             k = self.fixed_k
             return Choice(k, expected_tokens(self.alpha, k) / (k * self.costs.t_draft + self.costs.T(k + 1)), base)
         k, speed = self._best_k()
+        if self.gated:  # the drafter's gate predicts each proposal, not the controller
+            k, speed = (self.max_k, float("nan")) if self.worth_trying() else (0, base)
         if k > 0 and not self.drafting_pays():
             return Choice(0, base, base)
         return Choice(k, speed, base)
+
+    def modelled_k(self) -> int:
+        """The k Leviathan's model picks at the learnt acceptance (gated or not)."""
+        return self._best_k()[0] if self.costs.verify else min(UNMEASURED_K, self.max_k)
 
     def best_case(self) -> float:
         """Drafting's speed-up over the target alone at OPTIMISTIC_ALPHA and its best k."""
@@ -340,8 +331,8 @@ class DraftController:
         measure (``_explore``). ``behind``: how many tokens the drafter would have to read
         before drafting (asked only when a try is due)."""
         choice = self._choose_k(behind)
-        if self.fixed_k is not None or not self.costs.verify:
-            return choice
+        if self.fixed_k is not None or not self.costs.verify or self.gated:
+            return choice  # (a gate's verify sizes follow its matches: no padding to measure)
         return self._explore(choice)
 
     def _explore(self, choice: Choice) -> Choice:
@@ -403,17 +394,19 @@ class DraftController:
         if choice.k > 0 or self.fixed_k is not None or not self.costs.verify:
             self._trial_left = 0
             return choice
-        model_k, _ = self._best_k()
         best_case = self.best_case()
-        if model_k == 0 and best_case < PROBE_GAIN:  # worth_trying(), computed once a step
+        # the model wants drafting (a gate: whenever the hardware could pay; worth_trying()
+        # computed once a step) and only the measured guard said no
+        model_on = best_case >= PROBE_GAIN if self.gated else self._best_k()[0] > 0
+        if not model_on and best_case < PROBE_GAIN:
             return choice  # the hardware rules drafting out whatever the acceptance
         if self._trial_left > 0:  # the try goes on: its catch-up is paid
             self._trial_left -= 1
             return self._probe(choice)
-        if not self._try_due(behind, self._try_earning(best_case), passes=model_k == 0):
+        if not self._try_due(behind, self._try_earning(best_case), passes=not model_on):
             return choice
         self._probe_every = min(self._probe_every * 2, MAX_PROBE)
-        if model_k > 0:  # the guard said no: give drafting a new trial of TRIAL_STEPS steps
+        if model_on:  # the guard said no: give drafting a new trial of TRIAL_STEPS steps
             self._realized, self._n_realized, self._trial = None, 0, [0.0, 0.0]
             return self.best()
         self._trial_left = TRIAL_STEPS - 1
@@ -469,12 +462,16 @@ class DraftController:
         if seconds <= 0:
             return
         self._drafted = True
-        if self._n_realized < TRIAL_STEPS:  # a trial is judged on all its steps together:
-            self._trial[0] += n_tokens  # an EMA seeded by one unlucky first step switched
-            self._trial[1] += seconds  # drafting off on the F16 target here where it ran at 2x
-            self._realized = self._trial[0] / self._trial[1]
-        else:
-            self._realized = _smooth(self._realized, n_tokens / seconds)
+        # a trial is judged on all its steps together (an EMA seeded by one unlucky first step
+        # switched drafting off on the F16 target here where it ran at 2x); after it, on sums
+        # that fade like an EMA: tokens/s is total tokens over total time, not a mean of step
+        # rates, which undervalues steps that take long and yield much (a long accepted copy)
+        keep = 1.0 if self._n_realized < TRIAL_STEPS else 1.0 - EMA
+        if self._realized is not None and self._n_realized >= TRIAL_STEPS:
+            # one slow step (a page fault, a busy neighbour) counts as at most 2x slower
+            seconds = min(seconds, 2.0 * n_tokens / self._realized)
+        self._trial = [keep * self._trial[0] + n_tokens, keep * self._trial[1] + seconds]
+        self._realized = self._trial[0] / self._trial[1]
         self._n_realized += 1
         if self._n_realized == TRIAL_STEPS:
             pays = self.drafting_pays()
@@ -538,6 +535,10 @@ def explain(ctl: DraftController) -> DraftingState:
         k = min(UNMEASURED_K, ctl.max_k)
         return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
     model_k, speed = ctl._best_k()
+    if ctl.gated and ctl.worth_trying():
+        if ctl.drafting_pays():
+            return _explain_gated(ctl)
+        return _explain_guard(ctl, speed)
     if model_k > 0 and ctl.drafting_pays():
         return _explain_on(ctl, model_k, speed)
     if model_k > 0:
@@ -561,6 +562,21 @@ def _explain_on(ctl: DraftController, k: int, speed: float) -> DraftingState:
         draft_cost,
         costs.T(k + 1) / t1,
         speed / base,
+    )
+
+
+def _explain_gated(ctl: DraftController) -> DraftingState:
+    """On, with the drafter's gate deciding each proposal (prompt lookup)."""
+    t1 = ctl.costs.T(1)
+    again = "a try found proposing pays again; " if ctl._resumed else ""
+    return DraftingState(
+        True,
+        ctl.max_k,
+        f"{again}up to {ctl.max_k} tokens, as much of each match as matches of its length have "
+        f"earned (checking 2 tokens costs {ctl.costs.T(2) / t1:.2f} passes, acceptance so far {ctl.alpha:.0%})",
+        None,
+        ctl.costs.t_draft / t1,
+        ctl.costs.T(2) / t1,
     )
 
 

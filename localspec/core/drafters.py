@@ -113,8 +113,8 @@ class ModelDrafter(DrafterBase):
         self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
         self.lookup: PromptLookupDrafter | None = None  # see with_lookup
-        self._from_lookup = False
-        self._shadow: tuple[int, ...] = ()
+        self._from_lookup = False  # this step's draft is a copy
+        self._looked = False  # this step looked for a match (k > 0)
 
     def with_lookup(self, lookup: PromptLookupDrafter, max_copy: int = 16) -> ModelDrafter:
         """Take a prompt-lookup match first when its gate trusts it: on edits and quotes the
@@ -125,16 +125,15 @@ class ModelDrafter(DrafterBase):
         return self
 
     def draft(self, context, k, params, rng) -> Draft:
-        self._from_lookup = False
+        self._from_lookup = self._looked = False
         if k <= 0:
             return Draft()
-        self._shadow = ()
         if self.lookup is not None:  # a copy costs no draft pass: its length is the gate's
             copied = self.lookup.draft(context, max(k, self.max_copy), params, rng)
+            self._looked = True
             if self.lookup.trusted(len(copied.ids)):
                 self._from_lookup = True
                 return Draft(copied.ids, copied=True)
-            self._shadow = copied.ids  # scored against the verdict without being verified
         room = self.model.n_ctx - len(context)
         k = min(k, room)
         if k <= 0:
@@ -178,19 +177,16 @@ class ModelDrafter(DrafterBase):
         return len(context) - common_prefix(self.model.cached, context)
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
-        """Copied runs learn from their verdict. A copy that was not used is scored against
-        the tokens the step kept, as far as they go: so a match length that lost trust can
-        win it back without costing a verify row."""
-        copied, shadow = self._from_lookup, self._shadow
-        self._from_lookup, self._shadow = False, ()  # a step that drafts nothing has no verdict
-        if self.lookup is None:
+        """Copied runs learn from their verdict; a match that was not used is scored against
+        the tokens the step kept (``PromptLookupDrafter.score``)."""
+        copied, looked = self._from_lookup, self._looked
+        self._from_lookup = self._looked = False  # a step that drafts nothing has no verdict
+        if self.lookup is None or not looked:
             return
         if copied:
-            self.lookup.observe(n_drafted, n_accepted)
-        elif shadow:
-            tested = min(len(shadow), len(kept))
-            agree = next((i for i in range(tested) if shadow[i] != kept[i]), tested)
-            self.lookup.observe(tested, agree)
+            self.lookup.observe(n_drafted, n_accepted, kept)
+        else:
+            self.lookup.score(kept)
 
     def _known(self, context) -> int:
         """The engine only ever appends to its context list, so when it hands over the same
@@ -241,19 +237,21 @@ class PromptLookupDrafter(DrafterBase):
         self.min_ngram = min_ngram
         self.gate = gate or (LookupGate(costs) if costs is not None else None)
         self._last_n: int | None = None  # match length of the last proposal
+        self._match: tuple[int, tuple[int, ...]] | None = None  # the last match: length, continuation
 
     def draft(self, context, k, params, rng) -> Draft:
-        self._last_n = None
+        self._last_n, self._match = None, None
         if k <= 0 or len(context) < self.min_ngram + 1:
             return Draft()
         ctx = np.asarray(context, dtype=np.int64)
         for n in range(min(self.max_ngram, len(ctx) - 1), self.min_ngram - 1, -1):
             start = find_latest_ngram(ctx, n)
             if start is not None:
-                follow = ctx[start + n : start + n + k]
+                follow = tuple(int(t) for t in ctx[start + n : start + n + k])
                 j = self.gate.length(n, len(follow)) if self.gate else len(follow)
                 self._last_n = n if j else None
-                return Draft(tuple(int(t) for t in follow[:j]))
+                self._match = (n, follow)
+                return Draft(follow[:j])
         return Draft()
 
     # Tuning choice: beside a draft model, a copied run must be at least this long and its
@@ -270,10 +268,26 @@ class PromptLookupDrafter(DrafterBase):
         )
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
-        """The verify's verdict on the last proposal (the engine calls this every step)."""
-        if self.gate and self._last_n is not None:
+        """The verify's verdict on the last proposal (the engine calls this every step); a
+        match that proposed nothing is scored against what the step kept."""
+        if self.gate and self._last_n is not None and n_drafted:
             self.gate.observe(self._last_n, n_drafted, n_accepted)
-        self._last_n = None
+            self._last_n, self._match = None, None
+        else:
+            self.score(kept)
+
+    def score(self, kept: Sequence[int]) -> None:
+        """Score the last match, which was not verified, against the tokens the step kept
+        (as far as they go): a match length that lost the gate's trust wins it back, or not,
+        without costing a verify row. Greedy, this is exactly the verdict a verify would
+        have given on those tokens."""
+        match, self._match, self._last_n = self._match, None, None
+        if self.gate is None or match is None:
+            return
+        n, follow = match
+        tested = min(len(follow), len(kept))
+        agree = next((i for i in range(tested) if follow[i] != kept[i]), tested)
+        self.gate.observe(n, tested, agree)
 
 
 def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:

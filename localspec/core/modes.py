@@ -96,14 +96,17 @@ class ModeRegistry:
         return iter(self._modes)
 
 
-def controller_for(ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None) -> DraftController:
+def controller_for(
+    ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None, gated: bool = False
+) -> DraftController:
     """A controller on the pair's verify curve (one target, so one table of verify times shared
-    by every mode); a draft token costs the draft model's pass, or nothing (prompt lookup).
-    Without adaptation every step drafts ``max_k`` tokens unless ``fixed_k`` says otherwise."""
+    by every mode); a draft token costs the draft model's pass, or nothing (prompt lookup,
+    whose gate decides each proposal: ``gated``). Without adaptation every step drafts
+    ``max_k`` tokens unless ``fixed_k`` says otherwise."""
     costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
     if fixed_k is None and not ctx.adaptive:
         fixed_k = ctx.max_k
-    return DraftController(costs, ctx.max_k, fixed_k)
+    return DraftController(costs, ctx.max_k, fixed_k, gated=gated and ctx.adaptive)
 
 
 def target_alone(ctx: ModeContext) -> Drafting:
@@ -131,7 +134,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
 
 def prompt_lookup(ctx: ModeContext) -> Drafting:
     """The "lookup" mode: prompt lookup, whose gate (adaptive) keeps what it learnt across replies."""
-    controller = controller_for(ctx, draft_cost=False)
+    controller = controller_for(ctx, draft_cost=False, gated=True)
     gate = LookupGate(controller.costs) if ctx.adaptive else None
     return Drafting(controller, lambda reply: PromptLookupDrafter(gate=gate))
 
@@ -154,5 +157,5 @@ def repeatable(mode: DraftingMode, ctx: ModeContext, at_load: CostModel) -> Draf
     reply; no marginal rule, no copies, no exploration. The reply's distribution is the same
     either way; only the adaptation is given up. (Greedy replies never need this: they are the
     target's own, token for token.)"""
-    k = mode.build(replace(ctx, costs=at_load)).controller.best().k
+    k = mode.build(replace(ctx, costs=at_load)).controller.modelled_k()
     return mode.build(replace(ctx, max_k=k, adaptive=False, copy=False))
