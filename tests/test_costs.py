@@ -90,6 +90,27 @@ class TestVerifyCurve:
         assert c.T(6) == pytest.approx(2.32, rel=0.05) and c.T(8) == pytest.approx(2.83, rel=0.05)
         assert abs(c.level) < 0.1
 
+    def test_bursts_of_a_busy_neighbour_do_not_ratchet_the_level(self):
+        """The Q4 bench here: T(1) runs 10-15 % slow for 3-20 steps now and then, and comes
+        back. Summed shifts moved the level up by 0.1 on such a burst and half the time not
+        back (the way back fell inside the dead band): +0.6 over one bench run, and the sizes
+        drafting no longer used read 1.2-1.8x their cost. Measured against the sizes'
+        references, the level comes back with the machine."""
+        true = {1: 1.0, 2: 1.42, 3: 1.8, 4: 1.55, 6: 2.32, 8: 2.83}
+        c = curve_of({n: [t] * 3 for n, t in true.items()})
+        rng = np.random.default_rng(1)
+        slow_left = 0
+        for i in range(12000):
+            if slow_left == 0 and rng.random() < 0.01:
+                slow_left, slow = int(rng.integers(3, 21)), float(rng.uniform(1.10, 1.15))
+            factor = slow if slow_left else 1.0
+            slow_left = max(slow_left - 1, 0)
+            n = 4 if i % 7 == 0 else 1
+            c.observe(n, true[n] * factor * float(np.exp(rng.normal(0.0, 0.02))))
+        for n in (6, 8):
+            assert c.T(n) / c.T(1) == pytest.approx(true[n], rel=0.06)
+        assert abs(c.level) < 0.06
+
     def test_the_first_verify_of_a_new_size_only_warms_it(self):
         c = curve_of({1: [1.0] * 3})
         c.observe(6, 50.0)  # first use of the shape: graph building, kernel selection

@@ -19,9 +19,10 @@ from here, so an estimate that is wrong is wrong everywhere: it has to be robust
   size now and then when it could win (see ``DraftController``), so an estimate that is wrong
   gets corrected by a measurement within a bounded number of steps.
 - **The machine's speed is followed as a whole** (``VerifyCurve.level``): when most recent
-  verifies of well-measured sizes ran slower (or faster) than estimated, the whole curve moves,
-  so a machine that slows down does not make the sizes not in use look cheap, nor the target
-  alone look faster than it now is.
+  verifies ran slower (or faster) than their sizes did at load, the whole curve moves, so a
+  machine that slows down does not make the sizes not in use look cheap, nor the target alone
+  look faster than it now is. The level is measured against each size's reference (its time at
+  load), not summed from step to step, so noise cannot ratchet it away from the machine.
 """
 
 from __future__ import annotations
@@ -41,14 +42,16 @@ WINDOW = 9  # samples kept per size: the median ignores up to 4 outliers, and a 
 #             changes speed shows after 5 samples of the new speed
 MIN_SAMPLES = 3  # fewer samples than this: the estimate is thin (calibration takes 3)
 STALE_AFTER = 96  # verifies since a size was last measured before its estimate counts as old
-LEVEL_WINDOW = 5  # recent residuals that decide the machine's speed: a change shows after 3, before
+LEVEL_WINDOW = 5  # recent verifies that decide the machine's speed: a change shows after 3, before
 #                   it can flip the median of a size's own samples (3 from calibration + 3)
-# ... and only by more than this (log; about 10 %): noise of a few per cent must not move it.
-# The samples are kept relative to the level, so a size measured every step absorbs any level
-# within a few steps and nothing pulls a drifted level back: without a dead band it random-walked
-# on the noise. On the Q4 target here it reached -0.3 over 70 replies while T(1) stayed put, and
-# the sizes not measured since the load (6, 8) read 26 % cheap, so drafts ran too long.
-LEVEL_DEADBAND = 0.1
+# ... and it moves only when that differs from the level by more than this (log; about 5 %):
+# noise of a few per cent must not make sizes not in use jitter. The level is the median of the
+# recent verifies' log ratio to their size's reference time, not a sum of shifts: summed, it
+# ratcheted. Residuals against each size's own window (which a size measured every step keeps
+# absorbing) moved it by 0.1 on every burst of +10-15 % on T(1) (they come and go on this
+# shared machine), and half the time the way back fell inside the dead band: over one run of the
+# Q4 bench it reached +0.6, and the sizes drafting no longer used read 1.2-1.8x their cost.
+LEVEL_DEADBAND = 0.05
 CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (k + 1 <= 64)
 DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)
 # A draft model that did not run for a while must read every token since (the prompt, too, when
@@ -71,7 +74,8 @@ class VerifyCurve:
         # log of the machine's speed now relative to calibration; the samples are stored
         # divided by exp(level) at their time, so every size moves with the machine
         self.level = 0.0
-        self._residuals: deque[float] = deque([0.0] * LEVEL_WINDOW, maxlen=LEVEL_WINDOW)
+        self._reference: dict[int, float] = {}  # size -> its time at level 0 (at load)
+        self._ratios: deque[float] = deque([0.0] * LEVEL_WINDOW, maxlen=LEVEL_WINDOW)
         self._full: np.ndarray | None = None  # T(0..) until the next sample
         for n, seconds in (points or {}).items():  # a given point counts as a calibration
             for _ in range(MIN_SAMPLES):
@@ -84,11 +88,12 @@ class VerifyCurve:
             return
         self._samples.setdefault(n, deque(maxlen=WINDOW)).append(float(seconds))
         self._seen.setdefault(n, 0)
+        self._reference[n] = median(self._samples[n])
         self._full = None
 
     def observe(self, n: int, seconds: float) -> None:
-        """A verify of n tokens took ``seconds``. A size whose estimate is sound also tells
-        how fast the machine runs now (``_follow``); the sample is kept relative to that speed."""
+        """A verify of n tokens took ``seconds``. A size with a reference also tells how fast
+        the machine runs now (``_follow``); the sample is kept relative to that speed."""
         if n < 1 or not seconds > 0:
             return
         self.n_observed += 1
@@ -97,23 +102,25 @@ class VerifyCurve:
             # kernels) and can be many times slower than the next: it warms, it is not kept
             self._warmed.add(n)
             return
-        if not self.uncertain(n):  # against its own samples: the monotone fit may have pooled it
-            self._follow(math.log(seconds / (median(self._samples[n]) * math.exp(self.level))))
-        self._samples.setdefault(n, deque(maxlen=WINDOW)).append(seconds / math.exp(self.level))
+        if n in self._reference:
+            self._follow(math.log(seconds / self._reference[n]))
+        samples = self._samples.setdefault(n, deque(maxlen=WINDOW))
+        samples.append(seconds / math.exp(self.level))
+        if n not in self._reference and len(samples) >= MIN_SAMPLES:  # first met online
+            self._reference[n] = median(samples)
         self._seen[n] = self.n_observed
         self._full = None
 
-    def _follow(self, residual: float) -> None:
-        """The machine's speed: the median of the recent log residuals of sound sizes moves
-        the level of the whole curve (so sizes not in use follow a machine that slowed down or
-        sped up). Until most of the last LEVEL_WINDOW residuals agree, by more than
-        LEVEL_DEADBAND, nothing moves: one outlier, one size whose estimate was off, or the
-        noise of a steady machine cannot shift the curve."""
-        self._residuals.append(residual)
-        shift = median(self._residuals)
-        if abs(shift) > LEVEL_DEADBAND:
-            self.level += shift
-            self._residuals = deque((r - shift for r in self._residuals), maxlen=LEVEL_WINDOW)
+    def _follow(self, ratio: float) -> None:
+        """The machine's speed: the median of the last LEVEL_WINDOW verifies' log ratios to
+        their sizes' references is the level of the whole curve (so sizes not in use follow a
+        machine that slowed down or sped up). A majority must agree, so one outlier or a burst
+        of two moves nothing; and it must differ from the level by more than LEVEL_DEADBAND,
+        so the noise of a steady machine does not either."""
+        self._ratios.append(ratio)
+        level = median(self._ratios)
+        if abs(level - self.level) > LEVEL_DEADBAND:
+            self.level = level
             self._full = None
 
     def __bool__(self) -> bool:
@@ -142,7 +149,8 @@ class VerifyCurve:
         other._warmed = set(self._warmed)
         other.n_observed = self.n_observed
         other.level = self.level
-        other._residuals = deque(self._residuals, maxlen=LEVEL_WINDOW)
+        other._reference = dict(self._reference)
+        other._ratios = deque(self._ratios, maxlen=LEVEL_WINDOW)
         return other
 
     # --- the estimate ----------------------------------------------------------------
