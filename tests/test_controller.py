@@ -395,6 +395,11 @@ class TestGatedLookup:
     def test_where_nothing_could_pay_a_gated_controller_is_off_and_its_guard_still_works(self):
         linear = DraftController(CostModel({n: float(n) for n in range(1, 18)}), 16, gated=True)
         assert linear.best().k == 0 and not explain(linear).on and explain(linear).next_try_in is None
+        # nearly linear: perfect copies would gain 10 %, but not the 15 % that trying needs
+        steep = DraftController(CostModel({n: 0.9 * n + 0.1 for n in range(1, 18)}), 16, gated=True)
+        for _ in range(100):
+            steep.observe(8, 8)
+        assert steep._best_k()[0] > 0 and steep.best().k == 0 and not explain(steep).on
         ctl = DraftController(CostModel({n: q4_cpu(n) for n in (1, 2, 4, 8, 16)}), 16, gated=True)
         for _ in range(TRIAL_STEPS):
             ctl.observe_rate(1, 2 * q4_cpu(1))  # proposing steps ran at half the target's speed

@@ -535,10 +535,10 @@ def explain(ctl: DraftController) -> DraftingState:
         k = min(UNMEASURED_K, ctl.max_k)
         return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
     model_k, speed = ctl._best_k()
-    if ctl.gated and ctl.worth_trying():
-        if ctl.drafting_pays():
-            return _explain_gated(ctl)
-        return _explain_guard(ctl, speed)
+    if ctl.gated:  # on whenever the hardware could pay and the guard agrees (best())
+        if not ctl.worth_trying():
+            return _explain_off(ctl)
+        return _explain_gated(ctl) if ctl.drafting_pays() else _explain_guard(ctl, speed)
     if model_k > 0 and ctl.drafting_pays():
         return _explain_on(ctl, model_k, speed)
     if model_k > 0:
