@@ -294,9 +294,10 @@ class DraftController:
         if self.fixed_k is not None:  # scalar T: the whole curve is not needed
             k = self.fixed_k
             return Choice(k, expected_tokens(self.alpha, k) / (k * self.costs.t_draft + self.costs.T(k + 1)), base)
-        k, speed = self._best_k()
         if self.gated:  # the drafter's gate predicts each proposal, not the controller
             k, speed = (self.max_k, float("nan")) if self.worth_trying() else (0, base)
+        else:
+            k, speed = self._best_k()
         if k > 0 and not self.drafting_pays():
             return Choice(0, base, base)
         return Choice(k, speed, base)
