@@ -439,7 +439,8 @@ class DraftController:
     def _cost_of_try(self, n_behind: int, passes: bool = True) -> float:
         """What a try spends whatever it finds: the draft model's catch-up, and the draft
         passes of its TRIAL_STEPS steps. (Verify rows are spent only on what is proposed:
-        prompt lookup proposes nothing without a match, and its gate budgets its own tries.)"""
+        prompt lookup proposes nothing without a match, and its gate learns from the matches
+        it does not propose for free.)"""
         catch_up = self.costs.draft.read(n_behind) if n_behind >= READ_MIN else 0.0
         return catch_up + (TRIAL_STEPS * PROBE_K * self.costs.t_draft if passes else 0.0)
 

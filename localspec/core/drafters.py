@@ -285,9 +285,7 @@ class PromptLookupDrafter(DrafterBase):
         if self.gate is None or match is None:
             return
         n, follow = match
-        tested = min(len(follow), len(kept))
-        agree = next((i for i in range(tested) if follow[i] != kept[i]), tested)
-        self.gate.observe(n, tested, agree)
+        self.gate.observe(n, min(len(follow), len(kept)), common_prefix(follow, kept))
 
 
 def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:
