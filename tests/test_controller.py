@@ -20,7 +20,7 @@ from localspec.core.controller import (
 from localspec.core.costs import READ_MIN, DraftCost, calibrate
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
-from localspec.core.modes import Drafting, ModeContext, Reply, prompt_lookup, target_alone
+from localspec.core.modes import Drafting, ModeContext, Reply, draft_model, prompt_lookup, target_alone
 from localspec.core.sampling import SamplingParams
 
 V = 50
@@ -50,6 +50,41 @@ class TestChoice:
         ctl = DraftController(CostModel({1: 1.0, 2: 1.1, 4: 1.4, 8: 2.0}, t_draft=0.1), max_k=10)
         assert ctl.speeds() == pytest.approx([ctl.speed(k) for k in range(11)])
         assert ctl.speeds(1.0)[3] == pytest.approx(4 / (0.3 + ctl.costs.T(4)))
+
+
+class TestReach:
+    """A draft mode's controller lets a run the draft is sure of go past k (MarginalRule)."""
+
+    CHEAP = {1: 1.0, 2: 1.0, 3: 1.09, 4: 1.15, 5: 1.24, 6: 1.28, 7: 1.61, 8: 1.69, 9: 1.74, 16: 2.55}
+
+    def test_reach_is_the_longest_draft_while_drafting_and_nothing_otherwise(self):
+        on = DraftController(CostModel(self.CHEAP, t_draft=0.2), max_k=16, reach=True)
+        assert 0 < on.best().k < 16 and on.best().reach == 16
+        assert DraftController(CostModel(self.CHEAP, t_draft=0.2), max_k=16).best().reach == 0
+        fixed = DraftController(CostModel(self.CHEAP, t_draft=0.2), max_k=16, fixed_k=4, reach=True)
+        assert fixed.best().reach == 0
+        off = DraftController(CostModel({n: float(n) for n in range(1, 18)}, t_draft=0.5), max_k=16, reach=True)
+        assert off.best().k == 0 and off.best().reach == 0
+
+    def test_a_sure_run_goes_past_k_but_never_past_the_reply_s_budget(self):
+        def certain(history):
+            z = np.full(V, -20.0, dtype=np.float32)
+            z[1 + (len(history) * 7) % (V - 1)] = 20.0
+            return z
+
+        target, draft = FakeModel(certain, V), FakeModel(certain, V)
+        # (no copies: the reply repeats, and copies run as far as their match anyway)
+        mode = draft_model(ModeContext(target, draft, CostModel(self.CHEAP, t_draft=0.2), max_k=16, copy=False))
+        engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(PROMPT))), mode.controller)
+        steps = list(engine.generate(list(PROMPT), GREEDY, 40))
+        assert [t for s in steps for t in s.emitted] == oracle_greedy(certain, PROMPT, 40)
+        assert max(len(s.drafted) - s.k for s in steps) > 0  # runs went past the controller's k
+        budget = 40
+        for s in steps:
+            assert len(s.drafted) <= budget - 1  # drafting past the budget is wasted work
+            budget -= len(s.emitted)
+        # and no draft pass was spent past it: the draft model read at most the reply's tokens
+        assert len(draft.cached) <= len(PROMPT) + 40
 
 
 class TestProbing:
@@ -455,6 +490,11 @@ class TestExplain:
         state = explain(ctl)
         assert state.on and state.k > 1 and state.expected_speedup > 1.3
         assert state.line.startswith(f"on: k={state.k}, expected ") and "a draft token costs 0.20" in state.line
+        assert "sure" not in state.line  # no reach: k is the longest draft
+        wide = DraftController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7, 16: 3.4}, t_draft=0.2), 16, reach=True)
+        for _ in range(20):
+            wide.observe(5, 5)
+        assert wide.best().k < 16 and explain(wide).line.endswith("; up to 16 while the draft is sure of every token")
 
     def test_poor_acceptance_is_off_and_says_when_it_tries_again(self):
         ctl = DraftController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), max_k=8)

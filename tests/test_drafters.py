@@ -124,6 +124,48 @@ class TestMarginalRule:
         d = ModelDrafter(FakeModel(confident, 10), 10, p_min=0.75, costs=costs)
         assert len(d.draft([1, 2, 3], 12, GREEDY, None).ids) == 12
 
+    # the direct measurement of the F16 1.5B target here: T(7) is a step (1.26 T(6))
+    F16_STEP = {1: 1.0, 2: 1.0, 3: 1.09, 4: 1.15, 5: 1.24, 6: 1.28, 7: 1.61, 8: 1.69, 9: 1.74, 10: 1.85}
+
+    @staticmethod
+    def sure_but(unsure_at=(), p_unsure=0.8, prompt_len=3):
+        """Each draft token (0-based after the prompt) is certain, except at ``unsure_at``,
+        where the top token has probability ``p_unsure``."""
+
+        def fn(h):
+            i = len(h) - prompt_len
+            if i in unsure_at:
+                z = np.full(10, np.log((1 - p_unsure) / 9), dtype=np.float32)
+                z[len(h) % 10] = np.log(p_unsure)
+                return z
+            z = np.full(10, -20.0, dtype=np.float32)
+            z[len(h) % 10] = 20.0
+            return z
+
+        return fn
+
+    def test_a_step_in_the_curve_does_not_stop_a_run_of_certain_tokens(self):
+        # the 6th token alone costs the step to T(7) and never pays; with the two tokens after
+        # it (rows nearly free past the step) it does: 9 tokens for 1.6 + 1.74 passes beat
+        # 6 for 1.0 + 1.28 (the rule without look-ahead stopped at 5)
+        costs = CostModel(self.F16_STEP, t_draft=0.2)
+        d = ModelDrafter(FakeModel(self.sure_but(), 10), 10, costs=costs)
+        assert len(d.draft([1, 2, 3], 8, GREEDY, None).ids) == 8
+
+    def test_a_sure_run_goes_past_k_up_to_reach(self):
+        costs = CostModel(self.F16_STEP, t_draft=0.2)
+        d = ModelDrafter(FakeModel(self.sure_but(), 10), 10, costs=costs)
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None).ids) == 3  # no reach: k is the cap
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None, reach=8).ids) == 8
+
+    def test_past_k_an_unsure_token_ends_the_draft_that_k_would_have_kept_it_in(self):
+        costs = CostModel(self.F16_STEP, t_draft=0.2)
+        late = ModelDrafter(FakeModel(self.sure_but(unsure_at={4}), 10), 10, costs=costs)
+        assert len(late.draft([1, 2, 3], 3, GREEDY, None, reach=8).ids) == 4  # the 5th, past k, is refused
+        # within k the same token (0.8, a row of 0.09 T(1)) is proposed and the run goes on to k
+        early = ModelDrafter(FakeModel(self.sure_but(unsure_at={1}), 10), 10, costs=costs)
+        assert len(early.draft([1, 2, 3], 5, GREEDY, None, reach=8).ids) == 5
+
     def test_confidence_is_calibrated_by_measured_rejections(self):
         costs = CostModel({1: 1.0, 2: 1.1})
         assert costs.acceptance(0.8) == pytest.approx(0.8)  # no evidence yet: taken at face value

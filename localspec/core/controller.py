@@ -31,6 +31,14 @@ PROBE_K = 2
 # draft's catch-up on accepted tokens and per-step Python work, a few per cent together.
 MIN_GAIN = 1.05
 OPTIMISTIC_ALPHA = 0.95  # if even this acceptance cannot pay, probing is pointless
+# A draft may run past the controller's k (up to Choice.reach) while every token's raw
+# confidence is at least this: Leviathan's k assumes every token is accepted at the mean
+# rate, which a run of near-certain tokens beats. Replaying the suite's F16 replies
+# (scripts/replay_policy.py: the real draft model, the recorded target, the measured curve),
+# 0.9, 0.95 and 0.98 all let code-binsearch's certain runs past k = 5, where auto had stood at
+# 0.92x the best fixed configuration; 0.95 was the steadiest over noise seeds. Measured after:
+# 1.01x there, and 0.96-1.08x on three more prompts (docs/benchmarks.md, sixth session).
+SURE = 0.95
 # ... and "pay" means by this much: a try after a stretch without drafting also makes the draft
 # model catch up on every token since it last ran, which the model leaves out. On the Q4 target
 # here (a draft pass 0.48 T(1), T(2) 1.43 T(1)) even 95 % acceptance promised only 1.07x, and
@@ -145,32 +153,55 @@ class MarginalRule:
     raises the step's rate E / time exactly when its own gain per second beats that rate.
     On a memory-bound target a verify row is nearly free, so even an unsure first token is
     worth proposing; on a compute-bound one only confident runs are.
+
+    The rule looks ahead: a verify curve has steps (on the F16 target here T(7) is 1.26 T(6)
+    while T(6) is 1.03 T(5)), and the row at a step alone never pays although the rows past
+    it do, nearly free. So a token (or another pass) is judged on the best of going on by
+    1..(longest - n) tokens, those still to come taken at the last one's confidence.
+
+    The longest is ``k`` (the controller's, from Leviathan's model at the mean acceptance),
+    or ``reach`` for a run whose every token the draft is SURE of: the mean acceptance
+    undervalues such a run (code the draft has seen a thousand times), and k = 5 cut runs of
+    certain tokens that 8 would have kept whole (code-binsearch on the F16 target here).
     """
 
-    def __init__(self, costs: CostModel) -> None:
+    def __init__(self, costs: CostModel, k: int = 64, reach: int = 0) -> None:
         self.costs = costs
+        self.k, self.reach = k, max(reach, k)
+        self.sure = True  # every token so far had raw confidence >= SURE
         self.p_chain, self.expected, self.n, self.passes = 1.0, 1.0, 0, 1
+
+    @property
+    def longest(self) -> int:
+        return self.reach if self.sure else self.k
 
     def _rate(self) -> float:
         return self.expected / (self.passes * self.costs.t_draft + self.costs.T(self.n + 1))
 
-    def _row(self) -> float:
-        return max(self.costs.T(self.n + 2) - self.costs.T(self.n + 1), 1e-9)
+    def _pays(self, c: float, paid: bool) -> bool:
+        """Whether going on by j = 1..(longest - n) tokens of calibrated acceptance c beats
+        stopping here, for some j; ``paid``: the first of them is drafted already."""
+        js = np.arange(1, self.longest - self.n + 1)
+        if len(js) == 0:
+            return False
+        expected = self.expected + np.cumsum(self.p_chain * c**js)
+        seconds = (self.passes + js - paid) * self.costs.t_draft + self.costs.curve(self.n + 1 + js[-1])[self.n + 2 :]
+        return bool((expected / seconds).max() > self._rate())
 
     def keep(self, c: float) -> bool:
         """Propose a token of confidence c? (Its draft pass is already paid for.)"""
-        c = self.costs.acceptance(c)
-        if self.p_chain * c < self._rate() * self._row():
+        self.sure = self.sure and c >= SURE
+        a = self.costs.acceptance(c)
+        if not self._pays(a, paid=True):
             return False
-        self.p_chain *= c
+        self.p_chain *= a
         self.expected += self.p_chain
         self.n += 1
         return True
 
     def another_pass(self, c_next: float) -> bool:
         """Run the draft again, expecting the next token's confidence to be about c_next?"""
-        c_next = self.costs.acceptance(c_next)
-        if self.p_chain * c_next < self._rate() * (self.costs.t_draft + self._row()):
+        if not self._pays(self.costs.acceptance(c_next), paid=False):
             return False
         self.passes += 1
         return True
@@ -184,6 +215,8 @@ class Choice:
     # > 0: pad this step's verify to this many tokens to measure T there (the padding rows
     # are evaluated and thrown away, like rejected drafts); see DraftController._explore
     measure: int = 0
+    # > k: a draft the drafter is sure of may run this long (MarginalRule, SURE)
+    reach: int = 0
 
     @property
     def predicted_speedup(self) -> float:
@@ -244,11 +277,14 @@ class DraftController:
     agrees; it still counts the verdicts, for ``explain``.
     """
 
-    def __init__(self, costs: CostModel, max_k: int = 16, fixed_k: int | None = None, gated: bool = False) -> None:
+    def __init__(
+        self, costs: CostModel, max_k: int = 16, fixed_k: int | None = None, gated: bool = False, reach: bool = False
+    ) -> None:
         self.costs = costs
         self.max_k = max_k
         self.fixed_k = fixed_k
         self.gated = gated
+        self.reach = reach and fixed_k is None  # sure runs may go to max_k (Choice.reach)
         self.accepted = PRIOR_ACCEPTED
         self.rejected = PRIOR_REJECTED
         self._probe_every = FIRST_PROBE
@@ -300,7 +336,7 @@ class DraftController:
             k, speed = self._best_k()
         if k > 0 and not self.drafting_pays():
             return Choice(0, base, base)
-        return Choice(k, speed, base)
+        return Choice(k, speed, base, reach=self.max_k if self.reach and k > 0 else 0)
 
     def modelled_k(self) -> int:
         """The k Leviathan's model picks at the learnt acceptance (gated or not)."""
@@ -555,11 +591,12 @@ def _explain_on(ctl: DraftController, k: int, speed: float) -> DraftingState:
     draft_cost = costs.t_draft / t1
     again = "a try found drafting pays again; " if ctl._resumed else ""
     cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
+    reach = f"; up to {ctl.max_k} while the draft is sure of every token" if ctl.reach and ctl.max_k > k else ""
     return DraftingState(
         True,
         k,
         f"{again}k={k}, expected {speed / base:.2f}× ({cost}checking "
-        f"{k + 1} tokens costs {costs.T(k + 1) / t1:.2f} passes, acceptance {ctl.alpha:.0%})",
+        f"{k + 1} tokens costs {costs.T(k + 1) / t1:.2f} passes, acceptance {ctl.alpha:.0%}){reach}",
         None,
         draft_cost,
         costs.T(k + 1) / t1,

@@ -45,7 +45,13 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def draft(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft: ...
+    def draft(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, reach: int = 0
+    ) -> Draft:
+        """Up to ``k`` tokens after ``context`` (a free copy may run longer: see Draft);
+        ``reach`` > k: a draft model may go on to ``reach`` tokens while it is sure of every
+        one (controller.MarginalRule)."""
+        ...
 
     def prefill(self, context: Sequence[int]) -> None: ...
 
@@ -59,7 +65,9 @@ class DrafterBase(Drafter):
 
     name = "base"
 
-    def draft(self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+    def draft(
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, reach: int = 0
+    ) -> Draft:
         raise NotImplementedError
 
     def prefill(self, context: Sequence[int]) -> None:
@@ -80,7 +88,7 @@ class NoDrafter(DrafterBase):
 
     name = "none"
 
-    def draft(self, context, k, params, rng) -> Draft:
+    def draft(self, context, k, params, rng, reach=0) -> Draft:
         return Draft()
 
 
@@ -124,7 +132,7 @@ class ModelDrafter(DrafterBase):
         self.max_copy = max_copy
         return self
 
-    def draft(self, context, k, params, rng) -> Draft:
+    def draft(self, context, k, params, rng, reach=0) -> Draft:
         self._from_lookup = self._looked = False
         if k <= 0:
             return Draft()
@@ -135,7 +143,7 @@ class ModelDrafter(DrafterBase):
                 self._from_lookup = True
                 return Draft(copied.ids, copied=True)
         room = self.model.n_ctx - len(context)
-        k = min(k, room)
+        k, reach = min(k, room), min(reach, room)
         if k <= 0:
             return Draft()
         known = self._known(context)
@@ -149,7 +157,7 @@ class ModelDrafter(DrafterBase):
         qs: list[np.ndarray] = []
         conf: list[float] = []
         history = list(context[-max(params.repeat_last_n, 1) :])
-        rule = MarginalRule(self.costs) if self.costs and self.costs.verify else None
+        rule = MarginalRule(self.costs, k, reach) if self.costs and self.costs.verify else None
         while True:
             logits = self._fit(rows[0])
             token, q, top_p = self._choose(logits, history, params, rng)
@@ -160,7 +168,7 @@ class ModelDrafter(DrafterBase):
             history.append(token)
             if q is not None:
                 qs.append(q)
-            if len(ids) == k or (rule and not rule.another_pass(top_p)):
+            if len(ids) == (rule.longest if rule else k) or (rule and not rule.another_pass(top_p)):
                 break
             rows = self.model.evaluate([token], 1)
             n_evals += 1
@@ -239,7 +247,7 @@ class PromptLookupDrafter(DrafterBase):
         self._last_n: int | None = None  # match length of the last proposal
         self._match: tuple[int, tuple[int, ...]] | None = None  # the last match: length, continuation
 
-    def draft(self, context, k, params, rng) -> Draft:
+    def draft(self, context, k, params, rng, reach=0) -> Draft:
         self._last_n, self._match = None, None
         if k <= 0 or len(context) < self.min_ngram + 1:
             return Draft()
@@ -329,7 +337,7 @@ class OracleDrafter(DrafterBase):
         self.left_reference_at: int | None = None
         self._checked = 0  # reply tokens already compared with the reference
 
-    def draft(self, context, k, params, rng) -> Draft:
+    def draft(self, context, k, params, rng, reach=0) -> Draft:
         pos = len(context) - self.prompt_len  # reply tokens so far
         if not self._on_reference(context, pos) or k <= 0 or pos >= len(self.proposals):
             return Draft()

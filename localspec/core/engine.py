@@ -111,7 +111,7 @@ class SpeculativeEngine:
         limit = max(0, min(budget - 1, room - 1))
         k = min(choice.k, limit)
         t0 = _costs.clock()
-        draft = self.drafter.draft(context, k, params, rng) if k else Draft()
+        draft = self.drafter.draft(context, k, params, rng, min(choice.reach, limit)) if k else Draft()
         t1 = _costs.clock()
         drafted = draft.ids[:limit]  # a free copy may run past k (see drafters.Drafter)
         pad = _padding(context, drafted, choice.measure, room)

@@ -97,16 +97,17 @@ class ModeRegistry:
 
 
 def controller_for(
-    ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None, gated: bool = False
+    ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None, gated: bool = False, reach: bool = False
 ) -> DraftController:
     """A controller on the pair's verify curve (one target, so one table of verify times shared
     by every mode); a draft token costs the draft model's pass, or nothing (prompt lookup,
-    whose gate decides each proposal: ``gated``). Without adaptation every step drafts
-    ``max_k`` tokens unless ``fixed_k`` says otherwise."""
+    whose gate decides each proposal: ``gated``; a draft model's marginal rule may run a
+    draft it is sure of past k: ``reach``). Without adaptation every step drafts ``max_k``
+    tokens unless ``fixed_k`` says otherwise."""
     costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
     if fixed_k is None and not ctx.adaptive:
         fixed_k = ctx.max_k
-    return DraftController(costs, ctx.max_k, fixed_k, gated=gated and ctx.adaptive)
+    return DraftController(costs, ctx.max_k, fixed_k, gated=gated and ctx.adaptive, reach=reach and ctx.adaptive)
 
 
 def target_alone(ctx: ModeContext) -> Drafting:
@@ -121,7 +122,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
     draft = ctx.draft
     if draft is None:
         raise ValueError("this session has no draft model")
-    controller = controller_for(ctx, draft_cost=True)
+    controller = controller_for(ctx, draft_cost=True, reach=True)
     rule_costs = controller.costs if ctx.adaptive else None
     gate = LookupGate(controller.costs, COPY_PRIOR) if ctx.adaptive and ctx.copy else None
 

@@ -1,0 +1,252 @@
+"""Replay the suite's greedy replies to compare drafting policies without timing noise.
+
+    .venv/bin/python scripts/replay_policy.py record --target models/qwen2.5-coder-1.5b-f16.gguf \\
+        --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96]
+    .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
+        [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT]
+
+``record`` loads the pair, measures the target's verify curve directly (bench.measure_costs)
+and keeps, per prompt of the default suite, the prompt's tokens and the target's greedy reply.
+``replay`` runs the real engine, controller and drafters on them: the target is the recorded
+reply (greedy: a verify keeps exactly the draft tokens that agree with it), the draft is the
+real draft model (its rows memoised next to the recording, so a second replay runs in
+seconds), and every evaluation advances a virtual clock by the measured T(n) or draft pass,
+times a lognormal factor of ``--noise`` sigma. With noise the costs are calibrated at load as
+a session does (sizes 1, 2, 3, 4, 6, 8, three samples each) and learnt online; without, the
+controller is given the measured curve. Every mode's state carries over the prompts in order,
+as in the bench. It prints, per prompt, tokens/s over the target alone, mean draft length and
+acceptance per policy. Timings are modelled, not measured: it compares policies; the bench
+measures them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pickle
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from localspec import bench
+from localspec.core import costs as costs_module
+from localspec.core.controller import CostModel
+from localspec.core.costs import DraftCost, VerifyCurve
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
+from localspec.core.protocol import CachedModel, common_prefix
+from localspec.core.sampling import SamplingParams
+
+CALIBRATED = (1, 2, 3, 4, 6, 8)  # as session.CALIBRATION_SIZES
+TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
+
+
+class Clock:
+    def __init__(self, sigma: float, seed: int) -> None:
+        self.now, self.sigma, self.rng = 0.0, sigma, np.random.default_rng(seed)
+
+    def __call__(self) -> float:
+        return self.now
+
+    def work(self, seconds: float) -> None:
+        self.now += seconds * (math.exp(self.rng.normal(0.0, self.sigma)) if self.sigma else 1.0)
+
+
+class ReplayTarget(CachedModel):
+    """Row j predicts the recorded token at j + 1 while the context is the recorded one."""
+
+    def __init__(self, vocab: CachedModel, curve: dict[int, float], clock: Clock) -> None:
+        super().__init__()
+        self.vocab, self.curve, self.clock = vocab, curve, clock
+        self.n_vocab, self.n_ctx = vocab.n_vocab, vocab.n_ctx
+        self.true: list[int] = []
+
+    def _decode(self, tokens, start, n_logits):
+        n = len(tokens)
+        top = max(self.curve)
+        self.clock.work(self.curve[min(n, top)] * max(1.0, n / top))
+        ctx = self.cached[:start] + list(tokens)
+        agree = common_prefix(ctx, self.true)
+        rows = []
+        for j in range(len(ctx) - n_logits, len(ctx)):
+            row = np.zeros(self.n_vocab, np.float32)
+            row[self.true[j + 1] if agree >= j + 1 and j + 1 < len(self.true) else 0] = 10.0
+            rows.append(row)
+        return rows
+
+    def _remove(self, start: int) -> None:
+        pass
+
+    def tokenize(self, text, *, add_bos=True, special=True):
+        return self.vocab.tokenize(text, add_bos=add_bos, special=special)
+
+    def token_bytes(self, token):
+        return self.vocab.token_bytes(token)
+
+    def is_eog(self, token):
+        return self.vocab.is_eog(token)
+
+
+class MemoDraft(ReplayTarget):
+    """The real draft model, each row memoised by its context (top TOP logits and the
+    log-sum-exp, the rest of the mass spread evenly), timed as a pass or as reading."""
+
+    def __init__(self, real: CachedModel, t_draft: float, read: float, clock: Clock, memo: dict) -> None:
+        super().__init__(real, {}, clock)
+        self.t_draft, self.read, self.memo = t_draft, read, memo
+
+    def _decode(self, tokens, start, n_logits):
+        n = len(tokens)
+        self.clock.work(self.t_draft if n <= 2 else self.read * n)
+        ctx = self.cached[:start] + list(tokens)
+        keys = [hash(tuple(ctx[: j + 1])) for j in range(len(ctx) - n_logits, len(ctx))]
+        if not all(k in self.memo for k in keys):
+            for key, row in zip(keys, self.vocab.sync(ctx, n_logits=n_logits) or []):
+                r = np.asarray(row, np.float64)
+                top = np.argpartition(r, -TOP)[-TOP:]
+                lse = r.max() + math.log(np.exp(r - r.max()).sum())
+                self.memo[key] = (top, r[top].astype(np.float32), lse)
+        rows = []
+        for key in keys:
+            ids, logits, lse = self.memo[key]
+            rest = max(1.0 - float(np.exp(logits.astype(np.float64) - lse).sum()), 1e-12)
+            row = np.full(self.n_vocab, lse + math.log(rest / (self.n_vocab - TOP)), np.float32)
+            row[ids] = logits
+            rows.append(row)
+        return rows
+
+
+def record(args) -> None:
+    from localspec.session import LoadOptions, PairSpec, Session
+
+    session = Session.load(PairSpec(Path(args.target), Path(args.draft)), LoadOptions())
+    direct = bench.measure_costs(session)
+    out = {
+        "curve": {n: direct.T(n) for n in range(1, 18)},
+        "t_draft": direct.t_draft,
+        "read": session.costs.draft.read(100) / 100,
+        "prompts": [],
+    }
+    for prompt in bench.load_suite("default")["prompts"]:
+        session.reset()
+        messages = [{"role": "user", "content": prompt["prompt"]}]
+        ids = session.fit(messages, args.max_tokens)[0]
+        reply: list[int] = []
+        for step in session.chat(messages, SamplingParams(), args.max_tokens, mode="none", repeatable=False):
+            reply.extend(step.drafted[: step.n_accepted])
+            reply.extend([step.token] if step.token >= 0 else [])
+        out["prompts"].append({"id": prompt["id"], "prompt": ids, "reply": reply})
+        print(prompt["id"], len(ids), len(reply), file=sys.stderr)
+    Path(args.out).write_text(json.dumps(out))
+    session.close()
+
+
+def costs_for(rec: dict, clock: Clock) -> CostModel:
+    curve = {int(n): t for n, t in rec["curve"].items()}
+    if not clock.sigma:
+        return CostModel(VerifyCurve(curve), DraftCost(rec["t_draft"]))
+    verify, draft = VerifyCurve(), DraftCost()
+    for n in CALIBRATED:
+        for _ in range(3):
+            verify.add(n, curve[n] * math.exp(clock.rng.normal(0.0, clock.sigma)))
+    for _ in range(3):
+        draft.observe(1, rec["t_draft"] * math.exp(clock.rng.normal(0.0, clock.sigma)))
+    return CostModel(verify, draft)
+
+
+def build(policy: str, ctx: ModeContext):
+    if policy == "none":
+        return target_alone(ctx)
+    if policy == "auto":
+        return draft_model(ctx)
+    fixed = bench.parse_fixed(policy)
+    if fixed is None:
+        raise SystemExit(f"unknown policy {policy!r}: none, auto or fixed-kK-pP")
+    return bench.FixedDraft(*fixed)(ctx)
+
+
+def replay(args) -> None:
+    from localspec import llama_backend
+
+    rec = json.loads(Path(args.recording).read_text())
+    memo_path = Path(args.recording + ".memo")
+    memo = pickle.loads(memo_path.read_bytes()) if memo_path.exists() else {}
+    clock = Clock(args.noise, args.seed)
+    costs_module.clock = clock
+    real = llama_backend.LlamaModel.load(Path(args.draft), 4096, 2, 0)
+    curve = {int(n): t for n, t in rec["curve"].items()}
+    target = ReplayTarget(real, curve, clock)
+    draft = MemoDraft(real, rec["t_draft"], rec["read"], clock, memo)
+    prompts = [p for p in rec["prompts"] if not args.prompts or p["id"] in args.prompts.split(",")]
+    policies = args.policies.split(",")
+    results: dict[str, dict[str, tuple[float, float, float]]] = {}
+    for policy in policies:
+        mode = build(policy, ModeContext(target, draft, costs_for(rec, clock), max_k=16))
+        for p in prompts:
+            target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
+            engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(p["prompt"]))), mode.controller)
+            seconds = n_tokens = n_steps = n_drafted = n_accepted = 0
+            for step in engine.generate(list(p["prompt"]), SamplingParams(), args.max_tokens):
+                if args.trace == p["id"] and step.drafted:
+                    print(f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}")
+                seconds += step.step_seconds
+                n_tokens += len(step.emitted)
+                n_steps += 1
+                n_drafted += len(step.drafted)
+                n_accepted += step.n_accepted
+            results.setdefault(p["id"], {})[policy] = (
+                n_tokens / seconds,
+                n_drafted / n_steps,
+                n_accepted / max(n_drafted, 1),
+            )
+    memo_path.write_bytes(pickle.dumps(memo))
+    report(results, policies)
+
+
+def report(results: dict, policies: list[str]) -> None:
+    print("prompt".ljust(18) + "".join(p.rjust(20) for p in policies) + "   (speed-up, draft length, acceptance)")
+    ratios: dict[str, list[float]] = {p: [] for p in policies}
+    for pid, row in results.items():
+        base = row["none"][0] if "none" in row else 1.0
+        cells = []
+        for p in policies:
+            tps, length, alpha = row[p]
+            ratios[p].append(tps / base)
+            cells.append(f"{tps / base:6.2f} {length:5.1f} {alpha:4.2f}".rjust(20))
+        print(pid.ljust(18) + "".join(cells))
+    print("median".ljust(18) + "".join(f"{statistics.median(ratios[p]):6.2f}".rjust(20) for p in policies))
+    fixed = [p for p in policies if bench.parse_fixed(p)]
+    if "auto" in policies and fixed:
+        best = [row["auto"][0] / max(row[p][0] for p in fixed) for row in results.values()]
+        print("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--target", required=True)
+    rec.add_argument("--draft", required=True)
+    rec.add_argument("--out", required=True)
+    rec.add_argument("--max-tokens", type=int, default=96)
+    rep = sub.add_parser("replay")
+    rep.add_argument("recording")
+    rep.add_argument("--draft", required=True)
+    rep.add_argument("--policies", default="none,auto," + ",".join(bench.sweep_modes()))
+    rep.add_argument("--prompts", default="")
+    rep.add_argument("--noise", type=float, default=0.0)
+    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--max-tokens", type=int, default=96)
+    rep.add_argument("--trace", default="")
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args)
+    else:
+        replay(args)
+
+
+if __name__ == "__main__":
+    main()
