@@ -664,17 +664,21 @@ class TestPairs:
 
     async def test_a_superseded_load_is_dropped_and_freed(self):
         slow, fast = FakeSession(list(HELLO)), FakeSession(list(HELLO))
-        release = threading.Event()
+        started, release = threading.Event(), threading.Event()
 
         def factory(spec, options, progress):
             if spec.target.name == "slow.gguf":
+                started.set()
                 release.wait(5)
                 return slow
             return fast
 
         app = LocalspecApp(Settings(), session_factory=factory, spec=PairSpec(Path("slow.gguf")))
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.1)
+            # the start-up load must be under way first (a fixed pause was not always enough:
+            # with a cold page cache the mount took longer, and the start-up load, issued after
+            # the pick below, became the newest and won)
+            await wait_for(pilot, started.is_set)
             app.load_pair(PairSpec(Path("fast.gguf")))  # the user picked another pair meanwhile
             await wait_for(pilot, lambda: app.session is fast)
             release.set()
