@@ -39,8 +39,8 @@ from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams
+from localspec.session import CALIBRATION_SIZES, LoadOptions, PairSpec, Session
 
-CALIBRATED = (1, 2, 3, 4, 6, 8)  # as session.CALIBRATION_SIZES
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
 
 
@@ -120,8 +120,6 @@ class MemoDraft(ReplayTarget):
 
 
 def record(args) -> None:
-    from localspec.session import LoadOptions, PairSpec, Session
-
     session = Session.load(PairSpec(Path(args.target), Path(args.draft)), LoadOptions())
     direct = bench.measure_costs(session)
     out = {
@@ -144,16 +142,17 @@ def record(args) -> None:
     session.close()
 
 
-def costs_for(rec: dict, clock: Clock) -> CostModel:
-    curve = {int(n): t for n, t in rec["curve"].items()}
+def costs_for(curve: dict[int, float], t_draft: float, clock: Clock) -> CostModel:
+    """The costs a session would start from: the measured curve, or with noise a calibration
+    of the sizes a session calibrates at load (three samples each)."""
     if not clock.sigma:
-        return CostModel(VerifyCurve(curve), DraftCost(rec["t_draft"]))
+        return CostModel(VerifyCurve(curve), DraftCost(t_draft))
     verify, draft = VerifyCurve(), DraftCost()
-    for n in CALIBRATED:
+    for n in CALIBRATION_SIZES:
         for _ in range(3):
             verify.add(n, curve[n] * math.exp(clock.rng.normal(0.0, clock.sigma)))
     for _ in range(3):
-        draft.observe(1, rec["t_draft"] * math.exp(clock.rng.normal(0.0, clock.sigma)))
+        draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
     return CostModel(verify, draft)
 
 
@@ -184,7 +183,7 @@ def replay(args) -> None:
     policies = args.policies.split(",")
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
     for policy in policies:
-        mode = build(policy, ModeContext(target, draft, costs_for(rec, clock), max_k=16))
+        mode = build(policy, ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), max_k=16))
         for p in prompts:
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
             engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(p["prompt"]))), mode.controller)

@@ -676,8 +676,8 @@ class TestPairs:
         app = LocalspecApp(Settings(), session_factory=factory, spec=PairSpec(Path("slow.gguf")))
         async with app.run_test(size=SIZE) as pilot:
             # the start-up load must be under way first (a fixed pause was not always enough:
-            # with a cold page cache the mount took longer, and the start-up load, issued after
-            # the pick below, became the newest and won)
+            # after long benchmarks, apparently with a cold page cache, the mount took longer,
+            # and the start-up load, issued after the pick below, became the newest and won)
             await wait_for(pilot, started.is_set)
             app.load_pair(PairSpec(Path("fast.gguf")))  # the user picked another pair meanwhile
             await wait_for(pilot, lambda: app.session is fast)
