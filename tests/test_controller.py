@@ -10,6 +10,7 @@ from localspec.core.controller import (
     EXPLORE_EVERY,
     EXPLORE_SHARE,
     FIRST_PROBE,
+    GUARD_TOLERANCE,
     TRIAL_STEPS,
     TRY_SHARE,
     CostModel,
@@ -143,6 +144,46 @@ class TestMeasuredGuard:
                 c.observe_rate(3, 1.0)  # this time drafting measures 3 tok/s
         assert ks[0] == 0 and ks[-1] > 0 and c.drafting_pays()
 
+    def _paying(self, tokens: int, seconds: float) -> DraftController:
+        """A controller whose guard is past its trial, drafting at tokens/seconds (T(1) = 1 s)."""
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        for _ in range(20):
+            c.observe_rate(tokens, seconds)
+        assert c.drafting_pays() and c._realized == pytest.approx(tokens / seconds)
+        return c
+
+    def test_a_new_reply_is_judged_on_its_own_first_steps(self):
+        # the Q4 target here: code replies drafted at 1.2x, then a prose reply's first two
+        # steps ran at 0.68x and 0.71x (1 token in 1.47 passes, 2 in 2.83)
+        carried = self._paying(3, 2.5)
+        carried.begin_reply()
+        carried.observe_rate(1, 1.47)
+        carried.observe_rate(2, 2.83)
+        assert not carried.drafting_pays() and carried.best().k == 0
+        # ... which the last reply's rate, at full weight, outvoted
+        old = self._paying(3, 2.5)
+        old.observe_rate(1, 1.47)
+        old.observe_rate(2, 2.83)
+        assert old.drafting_pays()
+
+    def test_where_drafting_pays_double_a_new_reply_keeps_it_through_a_few_slow_steps(self):
+        c = self._paying(4, 2.0)
+        c.begin_reply()
+        for _ in range(4):
+            c.observe_rate(1, 1.67)  # 0.6x: a run of rejections
+            assert c.drafting_pays()
+        c.observe_rate(1, 1.67)
+        assert not c.drafting_pays()  # the fifth in a row is a change, not bad luck
+
+    def test_a_new_reply_leaves_a_trial_under_way_alone(self):
+        c = DraftController(CostModel(dict(self.CHEAP_VERIFY), t_draft=0.1), max_k=8)
+        for _ in range(TRIAL_STEPS - 1):
+            c.observe_rate(3, 1.0)
+        c.begin_reply()
+        c.observe_rate(1, 2.0)
+        assert c._realized == pytest.approx((3 * (TRIAL_STEPS - 1) + 1) / (TRIAL_STEPS - 1 + 2.0))
+        assert c._realized >= GUARD_TOLERANCE and c.drafting_pays()
+
     def test_the_guard_switches_a_slow_drafter_off_in_the_engine(self, monkeypatch):
         # the model believes drafting is nearly free, but every draft token really costs 3
         # target passes: the measured guard must turn drafting off, and the text stays exact
@@ -160,6 +201,22 @@ class TestMeasuredGuard:
         assert [t for s in steps for t in s.emitted] == [
             t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted
         ]
+
+    def test_the_engine_starts_each_reply_on_the_guards_carried_weight(self, monkeypatch):
+        # one reply drafts at 1.5x; the next one's drafting is slow (about 0.7x the target alone), which
+        # only the guard sees: it stops after two steps (three with the last reply at full weight)
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=21, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: 0.01 + 0.0005 * n)
+        c = DraftController(CostModel({n: 0.01 + 0.0005 * n for n in (1, 2, 4, 8)}, t_draft=0.001), max_k=4)
+        c.costs.observe_draft = lambda n, s: None  # blind to the draft's real cost: only the guard can see it
+        fast = NoisyOracleDrafter(fn, alpha=0.95, clock=clock, t_draft=0.004)
+        list(SpeculativeEngine(target, fast, c).generate(PROMPT, GREEDY, 60))
+        assert c.drafting_pays() and c._realized * 0.0105 > 1.4
+        slow = NoisyOracleDrafter(fn, alpha=0.95, clock=clock, t_draft=0.015, seed=3)
+        ks = [s.k for s in SpeculativeEngine(target, slow, c).generate([7, 8, 9, 10, 11], GREEDY, 60)]
+        assert ks[:4] == [4, 4, 0, 0]
 
 
 # --- convergence on timed fakes -------------------------------------------------------------

@@ -88,6 +88,7 @@ class SpeculativeEngine:
         stream = TextStream(stop)
         t0 = _costs.clock()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
+        self.controller.begin_reply()
         if self.controller.best().k > 0 or self.controller.first_try_due():
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
         prefill = _costs.clock() - t0
