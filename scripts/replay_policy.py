@@ -39,6 +39,7 @@ from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams
+from localspec.core.stats import RunStats
 from localspec.session import CALIBRATION_SIZES, LoadOptions, PairSpec, Session
 
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
@@ -187,19 +188,15 @@ def replay(args) -> None:
         for p in prompts:
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
             engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(p["prompt"]))), mode.controller)
-            seconds = n_tokens = n_steps = n_drafted = n_accepted = 0
+            stats = RunStats()
             for step in engine.generate(list(p["prompt"]), SamplingParams(), args.max_tokens):
                 if args.trace == p["id"] and step.drafted:
                     print(f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}")
-                seconds += step.step_seconds
-                n_tokens += len(step.emitted)
-                n_steps += 1
-                n_drafted += len(step.drafted)
-                n_accepted += step.n_accepted
+                stats.add(step)
             results.setdefault(p["id"], {})[policy] = (
-                n_tokens / seconds,
-                n_drafted / n_steps,
-                n_accepted / max(n_drafted, 1),
+                stats.tokens_per_second,
+                stats.mean_draft_length,
+                stats.acceptance_rate or 0.0,
             )
     memo_path.write_bytes(pickle.dumps(memo))
     report(results, policies)

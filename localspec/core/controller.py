@@ -296,10 +296,7 @@ class DraftController:
         self.rejected = PRIOR_REJECTED
         self._probe_every = FIRST_PROBE
         self._since_draft = 0
-        self._realized: float | None = None  # tokens/s of steps that drafted (the guard's)
-        self._n_realized = 0
-        self._trial = [0.0, 0.0]  # tokens and seconds of the trial's steps, then fading sums
-        self._weight = 0.0  # steps' worth of evidence in those sums (fading like them)
+        self._new_trial()
         self._since_explore = 0
         self._credit = 0.0  # seconds of exploration earned (EXPLORE_SHARE of every step)
         self._resumed = False  # the last trial found that drafting pays again
@@ -370,6 +367,13 @@ class DraftController:
         if self._n_realized < TRIAL_STEPS or self._realized is None:
             return True  # still measuring
         return self._realized >= GUARD_TOLERANCE / self.costs.T(1)
+
+    def _new_trial(self) -> None:
+        """The guard starts measuring afresh: a trial of TRIAL_STEPS drafting steps."""
+        self._realized: float | None = None  # tokens/s of steps that drafted (the guard's)
+        self._n_realized = 0
+        self._trial = [0.0, 0.0]  # tokens and seconds of the trial's steps, then fading sums
+        self._weight = 0.0  # steps' worth of evidence in those sums (fading like them)
 
     def begin_reply(self) -> None:
         """A reply starts: what the guard measured before weighs CARRY steps at most (a
@@ -460,7 +464,7 @@ class DraftController:
             return choice
         self._probe_every = min(self._probe_every * 2, MAX_PROBE)
         if model_on:  # the guard said no: give drafting a new trial of TRIAL_STEPS steps
-            self._realized, self._n_realized, self._trial, self._weight = None, 0, [0.0, 0.0], 0.0
+            self._new_trial()
             return self.best()
         self._trial_left = TRIAL_STEPS - 1
         return self._probe(choice)
