@@ -5,18 +5,23 @@ tables for single GGUF files and ``[[pairs]]`` that name a target and its drafts
 The built-in file must be valid (a broken one is a bug: ``CatalogError``). The user file is
 checked entry by entry: a bad entry is skipped with a warning naming the file, the entry and
 the field, a copy of the file is kept aside, and everything else still works.
+
+``models import`` appends a table to the user file's text (tomli_w renders it) under the file's
+lock (``lockedfile``), and checks that the result reads back before it replaces the file.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .lockedfile import locked, write_atomic
 from .settings import backup_file, config_dir
 
 BUILTIN_NAME = "catalog.toml"
@@ -105,8 +110,9 @@ def load_catalog(settings, user_path: Path | None = None) -> tuple[Catalog, list
     default_id = raw.get("default_pair")
     user_path = user_path or user_catalog_path()
     user_problems: list[str] = []
+    user_notes: list[str] = []
     if user_path.exists():
-        user_raw, user_problems = _read_user_file(user_path)
+        user_raw, user_problems, user_notes = _read_user_file(user_path)
         u_models, u_pairs, entry_problems = _models_and_pairs(user_raw, str(user_path))
         models.update(u_models)
         pairs_raw = {**pairs_raw, **u_pairs}
@@ -116,7 +122,7 @@ def load_catalog(settings, user_path: Path | None = None) -> tuple[Catalog, list
     for p in problems + [p for p in ref_problems if p.startswith(BUILTIN_NAME)]:
         raise CatalogError(f"built-in catalog is broken: {p}")
     user_problems += ref_problems
-    warnings = list(user_problems)
+    warnings = user_notes + user_problems
     if user_problems:
         warnings.append(f"a copy of {user_path} was kept as {_backup_once(user_path)}; the other entries are in use")
     default_id, note = _pick_default(pairs, default_id, settings.default_pair)
@@ -145,11 +151,70 @@ def _backup_once(path: Path) -> Path:
     return backup_file(path)
 
 
-def _read_user_file(path: Path) -> tuple[dict[str, Any], list[str]]:
+def _read_user_file(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(parsed file, problems, notes): a problem gets the file copied aside, a note is only said."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), []
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        return {}, [f"{path}: not valid TOML ({e}); the whole file was ignored"]
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        return {}, [f"{path}: not valid TOML ({e}); the whole file was ignored"], []
+    try:
+        return tomllib.loads(text), [], []
+    except tomllib.TOMLDecodeError as e:
+        repaired = _repair_user_file(path, text)
+        if repaired:
+            return repaired[0], [], [repaired[1]]
+        return {}, [f"{path}: not valid TOML ({e}); the whole file was ignored"], []
+
+
+# An older localspec wrote a model id with json.dumps, which escapes a character beyond U+FFFF as
+# a UTF-16 surrogate pair ("\ud83d\ude00" for 😀); TOML refuses that (an escape must name a
+# character), so the whole file stopped loading. Only its own table headers had such escapes.
+_OLD_HEADER = re.compile(r'^(\[models\.)("(?:[^"\\\n]|\\.)*")(\][ \t]*\r?)$', re.M)
+_ESCAPE = re.compile(r"\\(?:u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|.)", re.I)
+
+
+def repair_surrogate_escapes(text: str) -> tuple[str, list[str]]:
+    """(text, the ids repaired): each surrogate pair escape in a ``[models."..."]`` header made
+    the character it stands for; everything else is left as it was, byte for byte."""
+    repaired: list[str] = []
+
+    def header(m: re.Match[str]) -> str:
+        key = _ESCAPE.sub(_decode_pair, m[2])
+        if key != m[2]:
+            repaired.append(key)
+        return m[1] + key + m[3]
+
+    return _OLD_HEADER.sub(header, text), repaired
+
+
+def _decode_pair(m: re.Match[str]) -> str:
+    if not m[1]:
+        return m[0]  # any other escape, "\\" included, stays
+    high, low = int(m[1], 16), int(m[2], 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+
+
+def _repair_user_file(path: Path, text: str) -> tuple[dict[str, Any], str] | None:
+    """The file parsed after repair_surrogate_escapes, and a note saying so; None when that does
+    not make it valid. The damaged file is copied aside, then replaced with the repaired text."""
+    fixed, ids = repair_surrogate_escapes(text)
+    if not ids:
+        return None
+    try:
+        raw = tomllib.loads(fixed)
+    except tomllib.TOMLDecodeError:
+        return None
+    names = ", ".join(repr(tomllib.loads(f"k = {k}")["k"]) for k in ids)
+    said = f"{path}: the model ids {names} were written by an older localspec in a form TOML refuses"
+    try:
+        with locked(path):
+            if path.read_text(encoding="utf-8") != text:  # another process repaired (or changed) it meanwhile
+                return raw, f"{said}; read them repaired"
+            backup = _backup_once(path)
+            write_atomic(path, fixed)
+    except OSError as e:
+        return raw, f"{said}; read them repaired, but the file could not be rewritten ({e})"
+    return raw, f"{said}; repaired them in the file, and kept the original as {backup}"
 
 
 def _models_and_pairs(
@@ -224,25 +289,63 @@ def memory_estimate(target: ModelRef, draft: ModelRef | None, n_ctx: int) -> int
 
 
 def toml_entry(model_id: str, ref: ModelRef) -> str:
-    """A ``[models.ID]`` table for the user file (JSON strings are valid TOML basic strings)."""
-    lines = [f"[models.{json.dumps(model_id)}]"]
-    for key, value in ref.model_dump(exclude_none=True).items():
-        if key == "repo" and not value:
-            continue
-        text = json.dumps(str(value), ensure_ascii=False) if isinstance(value, (str, Path)) else str(value)
-        lines.append(f"{key} = {text}")
-    return "\n".join(lines) + "\n"
+    """A ``[models.ID]`` table for the user file, rendered by tomli_w (any id quoted as TOML wants it)."""
+    fields = {k: str(v) if isinstance(v, Path) else v for k, v in ref.model_dump(exclude_none=True).items()}
+    if not fields.get("repo"):
+        fields.pop("repo", None)
+    text = tomli_w.dumps({"models": {model_id: fields}})
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # half a UTF-16 pair: what Python makes of bytes that are not UTF-8
+        raise CatalogError(
+            f"{model_id!r}: the id or the file's path is not valid text (UTF-8); "
+            "choose another --name or rename the file"
+        ) from None
+    return text
 
 
 def add_user_model(model_id: str, ref: ModelRef, path: Path | None = None) -> Path:
-    """Append one model to the user catalog, keeping whatever the user wrote there."""
+    """Append one model to the user catalog, keeping whatever the user wrote there (comments
+    too: the new table is added to the text, never re-rendered from parsed data). The file's
+    lock is held from the read to the replace, so two imports at once both land."""
     path = path or user_catalog_path()
-    existing = path.read_text(encoding="utf-8") if path.exists() else ""
-    if existing:
-        models = tomllib.loads(existing).get("models") or {}  # raises TOMLDecodeError on a broken file
-        if model_id in models:
+    entry = toml_entry(model_id, ref)
+    with locked(path):
+        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+        try:
+            models = tomllib.loads(existing).get("models") or {}
+        except tomllib.TOMLDecodeError as e:
+            raise CatalogError(
+                f"{path}: not valid TOML ({e}); nothing was changed. Fix the file or move it aside, then import again"
+            ) from None
+        if isinstance(models, dict) and model_id in models:  # anything else is refused by _reads_back
             raise CatalogError(f"{path}: a model {model_id!r} is already there; choose another --name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sep = "" if not existing or existing.endswith("\n\n") else ("\n" if existing.endswith("\n") else "\n\n")
-    path.write_text(existing + sep + toml_entry(model_id, ref), encoding="utf-8")
+        text = existing + _separator(existing) + entry
+        problem = _reads_back(text, model_id, ref)
+        if problem:
+            raise CatalogError(
+                f"{path}: with {model_id!r} added the file would not read back ({problem}); nothing was changed"
+            )
+        write_atomic(path, text)
     return path
+
+
+def _reads_back(text: str, model_id: str, ref: ModelRef) -> str | None:
+    """None when ``text`` parses and holds ``ref`` under ``model_id``, else what is wrong.
+    Appending can still break a file that parses: a ``models = {...}`` inline table, say."""
+    try:
+        added = (tomllib.loads(text).get("models") or {}).get(model_id)
+        if added is None:
+            return f"no model {model_id!r} in it"
+        if ModelRef.model_validate(added) != ref:
+            return f"{model_id!r} reads as {added!r}"
+    except (tomllib.TOMLDecodeError, ValidationError, AttributeError) as e:
+        return str(e)
+    return None
+
+
+def _separator(existing: str) -> str:
+    """A blank line between the user's text and the new table."""
+    if not existing or existing.endswith("\n\n"):
+        return ""
+    return "\n" if existing.endswith("\n") else "\n\n"

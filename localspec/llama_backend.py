@@ -14,6 +14,7 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import llama_cpp as L
 import numpy as np
@@ -333,13 +334,23 @@ class LlamaModel(CachedModel):
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
 
+    def is_special(self, token: int) -> bool:
+        """A token llama.cpp makes from its text only when asked to parse special tokens
+        (control, user-defined and unknown ones: its ``cache_special_tokens``)."""
+        return bool(self._special[token]) if 0 <= token < self.n_vocab else False
+
+    @functools.cached_property
+    def _special(self) -> np.ndarray:
+        v = self._vocab  # read once, on the first prompt or pair check
+        return np.array([bool(L.llama_vocab_get_attr(v, i) & _SPECIAL_ATTRS) for i in range(self.n_vocab)])
+
     def token_text(self, token: int) -> bytes:
         self._check_id(token)
         return L.llama_vocab_get_text(self._vocab, token) or b""
 
     def vocab_info(self) -> VocabInfo:
         v = self._vocab
-        special = frozenset(i for i in range(self.n_vocab) if L.llama_vocab_get_attr(v, i) & _SPECIAL_ATTRS)
+        special = frozenset(int(i) for i in np.flatnonzero(self._special))
         return VocabInfo(
             vocab_type=_VOCAB_TYPES.get(L.llama_vocab_type(v), str(L.llama_vocab_type(v))),
             n_vocab=self.n_vocab,
@@ -358,25 +369,28 @@ class LlamaModel(CachedModel):
 
     def apply_chat_template(self, messages: Sequence[dict]) -> str:
         """The GGUF's own Jinja template (as transformers renders it); ChatML when it has none."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-        template = self.chat_template()
-        if not template:
+        if not self.chat_template():
             out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
             return out + "<|im_start|>assistant\n"
-        piece = lambda tok: self.token_text(tok).decode("utf-8", "replace") if tok >= 0 else ""
         try:
-            fmt = Jinja2ChatFormatter(
-                template,
-                eos_token=piece(L.llama_vocab_eos(self._vocab)),
-                bos_token=piece(L.llama_vocab_bos(self._vocab)),
-            )
-            return fmt(messages=list(messages)).prompt  # type: ignore[arg-type]  # plain role/content dicts
+            return self._formatter(messages=list(messages)).prompt
         except Exception as e:  # the template is the file's code: any Jinja error, any exception
             raise ChatTemplateError(
                 f"{self.name}: the model's chat template failed ({type(e).__name__}: {e}); "
                 "use --raw to send the text as it is, or another GGUF of the model"
             ) from None
+
+    @functools.cached_property
+    def _formatter(self) -> Callable[..., Any]:
+        """The template compiled once (a few ms each time: a prompt renders it twice)."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        piece = lambda tok: self.token_text(tok).decode("utf-8", "replace") if tok >= 0 else ""
+        return Jinja2ChatFormatter(
+            self.chat_template() or "",
+            eos_token=piece(L.llama_vocab_eos(self._vocab)),
+            bos_token=piece(L.llama_vocab_bos(self._vocab)),
+        )
 
     def describe(self) -> str:
         buf = ctypes.create_string_buffer(256)

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ConfigDict, Field, ValidationError
 
 from .core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
+from .lockedfile import write_locked
 
 APP = "localspec"
 
@@ -113,10 +114,8 @@ def backup_file(path: Path) -> Path:
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
-    """Atomic write (temp file + rename): a crash mid-save leaves the old file intact."""
+    """Atomic and under the file's lock (``lockedfile``): a crash mid-save leaves the old file
+    intact, and two processes saving at once leave one whole file, never a mix."""
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    write_locked(path, settings.model_dump_json(indent=2))
     return path

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
+from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from localspec import catalog as cat
 from localspec.settings import Settings
@@ -221,13 +225,34 @@ size_bytes = "big"
         assert catalog.default_pair_id == "qwen2.5-coder-1.5b" and "default_pair 'nope'" in warnings[0]
 
 
-class TestAddUserModel:
-    def ref(self, **kw):
-        return cat.ModelRef(filename="m.gguf", quant="F32", size_bytes=5, params="1M", family="llama", **kw)
+def ref(size_bytes: int = 5, **kw) -> cat.ModelRef:
+    return cat.ModelRef(filename="m.gguf", quant="F32", size_bytes=size_bytes, params="1M", family="llama", **kw)
 
+
+# ids from every plane and of every awkward kind: the table header must quote each so it reads back
+AWKWARD_IDS = [
+    "😀",  # beyond U+FFFF: json.dumps wrote it as a surrogate pair, which TOML refuses
+    "🏳️‍🌈",  # a ZWJ sequence with a variation selector
+    "中文模型",
+    "\U00020000",  # CJK extension B, plane 2
+    "\U000e0001",  # a tag character, plane 14
+    "\U0010fffd",  # plane 16, private use
+    "e\u0301",  # a combining mark
+    "\ufeff",  # a byte order mark
+    'say "hi"',
+    "back\\slash",
+    "a.b",
+    "with space",
+    "tab\tand\nnewline",
+    "\x7f",
+    "[models.x]",
+]
+
+
+class TestAddUserModel:
     def test_round_trip_keeps_what_the_user_wrote(self, user_file, tmp_path):
         user_file.write_text("# my models\n" + GOOD_MODEL)
-        cat.add_user_model('odd "name"', self.ref(path=tmp_path / 'dir with "quotes"/m.gguf'))
+        cat.add_user_model('odd "name"', ref(path=tmp_path / 'dir with "quotes"/m.gguf'))
         text = user_file.read_text()
         assert text.startswith("# my models\n")
         raw = tomllib.loads(text)
@@ -238,4 +263,104 @@ class TestAddUserModel:
     def test_duplicate_id_is_refused(self, user_file):
         user_file.write_text(GOOD_MODEL)
         with pytest.raises(cat.CatalogError, match="'mine' is already there"):
-            cat.add_user_model("mine", self.ref())
+            cat.add_user_model("mine", ref())
+
+    @pytest.mark.parametrize("model_id", AWKWARD_IDS)
+    def test_any_id_round_trips_and_the_users_text_is_kept(self, user_file, model_id):
+        user_file.write_text("# my models\n" + GOOD_MODEL, encoding="utf-8")
+        cat.add_user_model(model_id, ref())
+        assert user_file.read_text(encoding="utf-8").startswith("# my models\n" + GOOD_MODEL)
+        catalog, warnings = cat.load_catalog(Settings())
+        assert warnings == [] and catalog.models[model_id] == ref() and "mine" in catalog.models
+
+    @hypothesis.settings(
+        max_examples=60,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture],
+    )
+    @hypothesis.given(model_id=st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12))
+    def test_drawn_ids_from_every_plane_round_trip(self, user_file, model_id):
+        user_file.unlink(missing_ok=True)
+        cat.add_user_model(model_id, ref())
+        catalog, warnings = cat.load_catalog(Settings())
+        assert warnings == [] and catalog.models[model_id] == ref()
+
+    def test_an_id_that_is_not_text_is_refused_and_nothing_written(self, user_file):
+        user_file.write_text(GOOD_MODEL)
+        with pytest.raises(cat.CatalogError, match="not valid text"):
+            cat.add_user_model("\udcff", ref())  # what Python makes of a --name that is not UTF-8
+        assert user_file.read_text() == GOOD_MODEL
+
+    @pytest.mark.parametrize("text", ["models = {}  # an inline table takes no [models.ID]\n", "models = 3\n"])
+    def test_an_append_that_would_not_read_back_is_refused_and_the_file_left_as_it_was(self, user_file, text):
+        user_file.write_text(text)
+        with pytest.raises(cat.CatalogError, match=r"with 'x' added the file would not read back .*line 3.*nothing"):
+            cat.add_user_model("x", ref())
+        assert user_file.read_text() == text
+
+    def test_a_broken_file_is_refused_with_its_line_and_left_as_it_was(self, user_file):
+        user_file.write_text(GOOD_MODEL + "[models.x\n")
+        with pytest.raises(cat.CatalogError, match=r"not valid TOML .*line 10.*; nothing was changed"):
+            cat.add_user_model("y", ref())
+        assert user_file.read_text() == GOOD_MODEL + "[models.x\n"
+
+
+def old_toml_entry(model_id: str, ref: cat.ModelRef) -> str:
+    """The table localspec wrote before tomli_w, verbatim: the id through json.dumps."""
+    lines = [f"[models.{json.dumps(model_id)}]"]
+    for key, value in ref.model_dump(exclude_none=True).items():
+        if key == "repo" and not value:
+            continue
+        text = json.dumps(str(value), ensure_ascii=False) if isinstance(value, (str, Path)) else str(value)
+        lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"
+
+
+class TestFilesFromTheOldWriter:
+    """`models import --name mine`, then `--name '😀'`, as an older localspec wrote them."""
+
+    def damaged(self, user_file) -> str:
+        text = "# my models\n" + old_toml_entry("mine", ref()) + "\n" + old_toml_entry("😀", ref(size_bytes=6))
+        assert '[models."\\ud83d\\ude00"]' in text
+        user_file.write_text(text, encoding="utf-8")
+        return text
+
+    def test_the_escaped_id_is_repaired_and_every_entry_kept(self, user_file):
+        old = self.damaged(user_file)
+        catalog, warnings = cat.load_catalog(Settings())
+        assert catalog.models["mine"] == ref() and catalog.models["😀"] == ref(size_bytes=6)
+        [backup] = user_file.parent.glob("catalog.toml.bad-*")
+        assert backup.read_text(encoding="utf-8") == old
+        assert warnings == [
+            f"{user_file}: the model ids '😀' were written by an older localspec in a form TOML refuses; "
+            f"repaired them in the file, and kept the original as {backup}"
+        ]
+        assert user_file.read_text(encoding="utf-8") == old.replace('"\\ud83d\\ude00"', '"😀"')
+
+    def test_once_repaired_it_loads_quietly_and_takes_new_models(self, user_file):
+        self.damaged(user_file)
+        cat.load_catalog(Settings())
+        cat.add_user_model("𝄞", ref())
+        catalog, warnings = cat.load_catalog(Settings())
+        assert warnings == [] and {"mine", "😀", "𝄞"} <= set(catalog.models)
+        assert len(list(user_file.parent.glob("catalog.toml.bad-*"))) == 1
+
+    def test_what_toml_reads_is_left_byte_for_byte(self, user_file):
+        # json.dumps wrote characters below U+FFFF as \\uXXXX, which TOML reads as the same id;
+        # an escape in a comment or a literal string is the user's text
+        pair = '[[pairs]]\nid = "p"\nname = \'literal \\ud83d\\ude00\'\nfamily = "llama"\n'
+        pair += 'target = "中文"\ndrafts = ["😀"]\n'
+        text = '# "\\ud83d\\ude00" in a comment\n' + old_toml_entry("中文", ref()) + "\n" + old_toml_entry("😀", ref())
+        user_file.write_text(text + "\n" + pair, encoding="utf-8")
+        catalog, _ = cat.load_catalog(Settings())
+        assert catalog.get("p").target == catalog.models["中文"] and catalog.get("p").name == r"literal \ud83d\ude00"
+        repaired = text.replace('[models."\\ud83d\\ude00"]', '[models."😀"]') + "\n" + pair
+        assert '"\\u4e2d\\u6587"' in text and user_file.read_text(encoding="utf-8") == repaired
+
+    def test_a_file_the_repair_cannot_mend_is_ignored_as_before(self, user_file):
+        text = old_toml_entry("😀", ref()) + "[models.x\n"
+        user_file.write_text(text)
+        catalog, warnings = cat.load_catalog(Settings())
+        assert "not valid TOML" in warnings[0] and "the whole file was ignored" in warnings[0]
+        assert "😀" not in catalog.models and user_file.read_text() == text

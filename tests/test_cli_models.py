@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tiny_gguf import write_tiny_gguf
 
-from localspec import downloads
+from localspec import downloads, lockedfile
 from localspec.cli import main
 from localspec.cli import models as cli_models
 
@@ -160,6 +160,70 @@ class TestImport:
         assert main(["models", "import", str(src)]) == 2
         assert "cannot register it" in capsys.readouterr().err
         assert not (models_dir / "t.gguf").exists() and src.exists()
+
+    def test_a_name_beyond_ascii_keeps_the_catalog_whole(self, capsys, tmp_path, models_dir):
+        src = write_tiny_gguf(tmp_path / "g1.gguf", seed=0)
+        assert main(["models", "import", str(src), "--link", "--name", "mine"]) == 0
+        assert main(["models", "import", str(src), "--link", "--name", "😀"]) == 0
+        capsys.readouterr()
+        assert main(["models", "list"]) == 0
+        out, err = capsys.readouterr()
+        assert err == "" and {"mine", "😀"} <= {row.split()[0] for row in out.splitlines() if row.strip()}
+        other = write_tiny_gguf(tmp_path / "g2.gguf", seed=1)
+        assert main(["models", "import", str(other), "--link", "--name", "中文 𝄞"]) == 0
+        assert set(tomllib.loads((tmp_path / "config" / "catalog.toml").read_text("utf-8"))["models"]) == {
+            "mine",
+            "😀",
+            "中文 𝄞",
+        }
+
+    def test_a_catalog_the_old_writer_broke_is_repaired_and_imports_work_again(self, capsys, tmp_path, models_dir):
+        src = write_tiny_gguf(tmp_path / "g1.gguf", seed=0)
+        (tmp_path / "config").mkdir()
+        catalog = tmp_path / "config" / "catalog.toml"
+        catalog.write_text(OLD_WRITERS_FILE.format(path=models_dir / "g1.gguf"), encoding="utf-8")
+        assert main(["models", "list"]) == 0
+        out, err = capsys.readouterr()
+        assert "the model ids '😀' were written by an older localspec" in err and "repaired them" in err
+        assert {"mine", "😀"} <= {row.split()[0] for row in out.splitlines() if row.strip()}
+        assert main(["models", "import", str(src), "--link", "--name", "again"]) == 0
+        assert set(tomllib.loads(catalog.read_text("utf-8"))["models"]) == {"mine", "😀", "again"}
+
+    def test_a_name_that_is_not_text_exit_2_and_no_copy_left(self, capsys, tmp_path, models_dir):
+        src = write_tiny_gguf(tmp_path / "t.gguf", seed=0)
+        assert main(["models", "import", str(src), "--name", "\udcff"]) == 2  # a --name that was not UTF-8
+        assert "not valid text (UTF-8)" in capsys.readouterr().err
+        assert not (models_dir / "t.gguf").exists()
+
+    def test_a_catalog_locked_too_long_exit_1_and_no_copy_left(self, capsys, tmp_path, models_dir, monkeypatch):
+        monkeypatch.setattr(lockedfile, "LOCK_TIMEOUT", 0.1)
+        src = write_tiny_gguf(tmp_path / "t.gguf", seed=0)
+        with lockedfile.locked(tmp_path / "config" / "catalog.toml"):  # another process would hold it the same way
+            assert main(["models", "import", str(src)]) == 1
+        assert "held catalog.toml.lock for more than 0.1 s; nothing was written" in capsys.readouterr().err
+        assert not (models_dir / "t.gguf").exists() and not (tmp_path / "config" / "catalog.toml").exists()
+
+
+# `models import g1.gguf --link --name mine`, then `--name '😀'`, as localspec wrote them before
+# tomli_w: the id through json.dumps, whose surrogate pair escape TOML refuses
+OLD_WRITERS_FILE = """[models."mine"]
+filename = "g1.gguf"
+quant = "F32"
+size_bytes = 491968
+params = "121K"
+family = "llama"
+kv_bytes_per_token = 512
+path = "{path}"
+
+[models."\\ud83d\\ude00"]
+filename = "g1.gguf"
+quant = "F32"
+size_bytes = 491968
+params = "121K"
+family = "llama"
+kv_bytes_per_token = 512
+path = "{path}"
+"""
 
 
 class TestCheck:

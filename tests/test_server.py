@@ -8,58 +8,36 @@ import contextlib
 import io
 import json
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import uvicorn
+from live_server import (
+    JSON,
+    MESSAGES,
+    N_CTX,
+    N_TOKENS,
+    PROMPT,
+    chat_body,
+    health,
+    load,
+    post,
+    running,
+    slow_down,
+    wait_for,
+)
 
 from localspec import server
-from localspec.api import Served
 from localspec.cli import main
 from localspec.cli.serve import check_bind
-from localspec.session import LoadOptions, PairSpec, Session
-
-N_CTX = 512
-PROMPT = "hello world the model"
-MESSAGES = [{"role": "user", "content": PROMPT}]
-N_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
 def session(tiny_pair):
-    s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=N_CTX, threads=1))
+    s = load(tiny_pair)
     yield s
     s.close()
-
-
-def served(session, has_draft=True) -> Served:
-    return Served("tiny", frozenset({"t.gguf", "t"}), session.mode, has_draft, N_CTX)
-
-
-@contextlib.contextmanager
-def running(session, has_draft=True, **config):
-    """The real server on a free loopback port; yields its base URL."""
-    import socket
-
-    app = server.make_app(session, served(session, has_draft), server.ServerConfig(**config))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        srv.should_exit = True
-        thread.join(10)
-        app.state.api.line.drain(10)
-        sock.close()
 
 
 @pytest.fixture
@@ -97,45 +75,10 @@ def reference(tiny_pair):
     return {"chat": run_cli(PROMPT, *common)["text"], "raw": run_cli(PROMPT, *common, "--raw")["text"]}
 
 
-def health(base) -> dict:
-    return httpx.get(base + "/health").json()
-
-
-def wait_for(predicate, seconds=5.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 @pytest.fixture
 def slow(session, monkeypatch):
-    """Each engine step takes ``delay`` seconds more, so a reply lasts long enough to queue
-    behind or to leave in the middle (the steps themselves are the real ones)."""
-
-    def slow_down(delay):
-        chat = session.chat
-
-        def slow_chat(*args, **kwargs):
-            with contextlib.closing(chat(*args, **kwargs)) as steps:
-                for step in steps:
-                    time.sleep(delay)
-                    yield step
-
-        monkeypatch.setattr(session, "chat", slow_chat)
-
-    return slow_down
-
-
-def post(base, body, path="/v1/chat/completions", **kw) -> httpx.Response:
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(base + path, content=data, timeout=30, **kw)
-
-
-def chat_body(**extra) -> dict:
-    return {"messages": MESSAGES, "max_tokens": N_TOKENS, "temperature": 0, **extra}
+    """Each engine step takes ``delay`` seconds more (``live_server.slow_down``)."""
+    return lambda delay: slow_down(monkeypatch, session, delay)
 
 
 # --- the openai client ---------------------------------------------------------------------
@@ -185,7 +128,7 @@ class TestOpenAIClient:
         assert t["predicted_per_second"] > 0 and t["speed_up"] > 0 and t["tokens_per_pass"] >= 1
         d = t["drafting"]
         assert d["mode"] == "draft" and d["drafted"] == t["draft_n"] and d["state"] in ("on", "off")
-        assert d["why"].startswith(d["state"] + ": ")  # the controller's own account (controller.explain)
+        assert d["why"].startswith(d["state"] + ": ")  # the controller's own account (core.explain)
         if not t["draft_n"]:
             assert t["speed_up"] == 1.0  # nothing drafted: the same computation as the target alone
 
@@ -336,7 +279,7 @@ class TestBadInput:
         big = json.dumps(chat_body(user="x" * 5000)).encode()
         with running(session, max_body_bytes=4096) as base:
             content = iter([big[:3000], big[3000:]]) if chunked else big  # no Content-Length when chunked
-            r = httpx.post(base + "/v1/chat/completions", content=content)
+            r = httpx.post(base + "/v1/chat/completions", content=content, headers=JSON)
             assert r.status_code == 413 and "larger than 4096 bytes" in r.json()["error"]["message"]
             assert post(base, chat_body()).status_code == 200
 
@@ -370,12 +313,12 @@ class TestSafety:
         preflight = {**origin, "Access-Control-Request-Method": "POST"}
         with running(session) as base:
             assert "access-control-allow-origin" not in httpx.get(base + "/v1/models", headers=origin).headers
-            assert httpx.options(base + "/v1/chat/completions", headers=preflight).status_code == 405
+            assert httpx.options(base + "/v1/chat/completions", headers=preflight).status_code == 403
         with running(session, cors_origins=("http://example.com",)) as base:
             r = httpx.options(base + "/v1/chat/completions", headers=preflight)
             assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://example.com"
             other = {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"}
-            assert httpx.options(base + "/v1/chat/completions", headers=other).status_code == 400
+            assert httpx.options(base + "/v1/chat/completions", headers=other).status_code == 403
 
     @pytest.mark.parametrize(
         "host, key, refused",
@@ -420,9 +363,10 @@ class TestCli:
         )
         seen = {}
 
-        def fake_serve(app, host, port, log_level):  # instead of blocking in uvicorn
+        def fake_serve(app, sockets, log_level):  # instead of blocking in uvicorn
             api = app.state.api
-            seen.update(id=api.served.model_id, mode=api.served.mode, host=host, port=port, queue=api.line.queue)
+            (host, port) = sockets[0].getsockname()
+            seen.update(id=api.served.model_id, mode=api.served.mode, host=host, port=port > 0, queue=api.line.queue)
 
         monkeypatch.setattr(server, "serve", fake_serve)
         assert (
@@ -436,14 +380,14 @@ class TestCli:
                     "--threads",
                     "1",
                     "--port",
-                    "9999",
+                    "0",
                     "--queue",
                     "3",
                 ]
             )
             == 0
         )
-        assert seen == {"id": "qwen2.5-coder-1.5b", "mode": "draft", "host": "127.0.0.1", "port": 9999, "queue": 3}
+        assert seen == {"id": "qwen2.5-coder-1.5b", "mode": "draft", "host": "127.0.0.1", "port": True, "queue": 3}
 
     def test_pair_not_on_disk_or_unknown(self, monkeypatch):
         from localspec import downloads

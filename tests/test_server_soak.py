@@ -14,9 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_server import N_CTX, health, running
-
-from localspec.session import LoadOptions, PairSpec, Session
+from live_server import JSON, health, load, running
 
 pytestmark = pytest.mark.soak
 
@@ -88,7 +86,7 @@ def burst(url: str, n: int = 4) -> None:
 def one_request(c: httpx.Client, url: str, i: int, messages: list) -> None:
     """Request i of the mix; continues ``messages`` in place when it gets a reply."""
     if i % 10 == 9:
-        assert c.post(url, content=b'{"messages": [').status_code == 400
+        assert c.post(url, content=b'{"messages": [', headers=JSON).status_code == 400
         return
     if i % 50 == 0:
         burst(url)
@@ -109,7 +107,7 @@ def one_request(c: httpx.Client, url: str, i: int, messages: list) -> None:
 
 
 def test_500_requests_memory_flat_and_every_reply_whole(tiny_pair):
-    session = Session.load(PairSpec(*tiny_pair), LoadOptions(n_ctx=N_CTX, threads=1))
+    session = load(tiny_pair)
     messages = [{"role": "system", "content": "be brief"}]
     try:
         with running(session) as base, httpx.Client(timeout=60) as c:

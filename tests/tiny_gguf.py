@@ -8,6 +8,7 @@ that is the target plus noise, so it agrees with the target often but not always
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,13 +61,17 @@ PIECES = [
 ]
 
 
-def vocab(extra_pieces: int = 0, rename: dict[int, str] | None = None):
+def vocab(extra_pieces: int = 0, rename: dict[int, str] | None = None, control: Sequence[str] = ()):
+    """``control``: control tokens appended after the pieces (e.g. ChatML's markup), which
+    llama.cpp makes from their text only when it parses special tokens."""
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + PIECES
     tokens += [f"▁w{i}" for i in range(extra_pieces)]
     for i, text in (rename or {}).items():
         tokens[i] = text
-    types = [2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259)  # unknown, control, byte, normal
-    scores = [0.0, 0.0, 0.0] + [-1000.0] * 256 + [-float(i) for i in range(len(tokens) - 259)]
+    n_normal = len(tokens) - 259
+    tokens += list(control)
+    types = [2, 3, 3] + [6] * 256 + [1] * n_normal + [3] * len(control)  # unknown, control, byte, normal
+    scores = [0.0, 0.0, 0.0] + [-1000.0] * 256 + [-float(i) for i in range(n_normal)] + [0.0] * len(control)
     return tokens, scores, types
 
 
@@ -86,12 +91,13 @@ def write_tiny_gguf(
     noise: float = 0.0,
     arch: str = "llama",
     chat_template: str | None = CHATML,
+    control: Sequence[str] = (),
 ) -> Path:
     """Write the model; with ``noise_of=S`` the weights are seed S's plus ``noise`` x N(0,1)."""
     import gguf
 
     path = Path(path)
-    tokens, scores, types = vocab(extra_pieces, rename)
+    tokens, scores, types = vocab(extra_pieces, rename, control)
     n_vocab = len(tokens)
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tiny-{seed}")

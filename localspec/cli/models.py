@@ -183,9 +183,12 @@ def cmd_import(args, settings, catalog) -> int:
     )
     try:
         where = cat.add_user_model(model_id, ref)
-    except (cat.CatalogError, ValueError) as e:  # tomllib's decode error is a ValueError
+    except (cat.CatalogError, ValueError, OSError) as e:  # tomllib's decode error is a ValueError
         if created:
             dest.unlink()  # our copy or link; the user's file is untouched
+        if isinstance(e, OSError):  # the catalog could not be written (locked by another process, disk full)
+            print(f"localspec models: cannot register it: {e}", file=sys.stderr)
+            return 1
         raise BadInput(f"cannot register it: {e}") from None
     print(_describe(info))
     print(f"imported as {model_id!r}: {dest} ({'linked' if args.how == 'link' else 'copied'}), listed in {where}")

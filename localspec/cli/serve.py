@@ -1,20 +1,32 @@
 """``localspec serve``: the loaded pair over an OpenAI-compatible HTTP API (``localspec.server``).
 
 Safe by default: it binds to 127.0.0.1, and any other address needs an API key (``--api-key``
-or ``LOCALSPEC_API_KEY``), since the API runs the models for whoever can reach it.
+or ``LOCALSPEC_API_KEY``), since the API runs the models for whoever can reach it. Web pages
+get in only where --cors and --allow-host say (``server.Guard``).
+
+Every option, and the address itself, is checked before the models load: the socket is bound
+first. Exit codes: 0 after SIGINT or SIGTERM, 2 an option refused, 3 an incompatible pair (as
+``localspec run``), 5 the address cannot be listened on (a port in use, not this machine's).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
+import re
+import socket
 import sys
 from pathlib import Path
 
 from .run import add_model_options, load_session
 
 KEY_ENV = "LOCALSPEC_API_KEY"  # keeps the key out of the process list
+EXIT_CANNOT_LISTEN = 5  # 2 is a refused option and 3 an incompatible pair, as in `localspec run`
+# an origin as browsers send it: scheme://host[:port], no path (editors' pages have schemes of
+# their own, such as app://obsidian.md or vscode-webview://...)
+ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s]+")
 
 
 def register(sub) -> None:
@@ -26,7 +38,7 @@ def register(sub) -> None:
     )
     add_model_options(p, target_required=False)  # --pair may name the files instead
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --api-key)")
-    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 picks a free one)")
     p.add_argument("--api-key", default=None, help=f"require 'Authorization: Bearer KEY' (or set {KEY_ENV})")
     p.add_argument(
         "--queue", type=int, default=8, help="requests that may wait while one generates; more get 503 (default 8)"
@@ -37,6 +49,13 @@ def register(sub) -> None:
         default=[],
         metavar="ORIGIN",
         help="allow browser pages from ORIGIN to call the API (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept requests sent to this host name too (repeatable; default: loopback names and --host)",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=cmd_serve)
@@ -61,6 +80,54 @@ def check_bind(host: str, api_key: str | None) -> str | None:
     if api_key is not None and len(api_key) < 8:
         return "the API key is too short: use at least 8 characters"
     return None
+
+
+def check_options(args) -> str | None:
+    """Why the serve options are refused, or None; all of it before anything loads."""
+    return (
+        check_bind(args.host, args.api_key)
+        or ("--queue must be 0 or more" if args.queue < 0 else None)
+        or check_port(args.port)
+        or next(filter(None, map(check_origin, args.cors)), None)
+        or next(filter(None, map(check_host_name, args.allow_host)), None)
+    )
+
+
+def check_port(port: int) -> str | None:
+    if port < 0:
+        return f"--port must be ≥ 0 (got {port}); 0 picks a free port"
+    if port > 65535:
+        return f"--port must be ≤ 65535 (got {port})"
+    return None
+
+
+def check_origin(origin: str) -> str | None:
+    """A --cors value must be an origin as browsers send it, or it would never match one."""
+    if origin in ("*", "null") or ORIGIN.fullmatch(origin):
+        return None
+    example = "http://localhost:5173"
+    return f"--cors takes an origin, scheme://host[:port] with no path, such as {example} (got {origin!r})"
+
+
+def check_host_name(name: str) -> str | None:
+    from ..server import host_name
+
+    if host_name(name) and not re.search(r"[/@*\s]", name):
+        return None
+    return f"--allow-host takes a host name or address, such as myhost.lan (got {name!r})"
+
+
+def listen_problem(e: OSError, host: str, port: int) -> str:
+    """Why ``host``:``port`` cannot be listened on, in words."""
+    where = f"{host}:{port}" if port else host
+    if isinstance(e, socket.gaierror):
+        return f"cannot listen on {host}: the name does not resolve ({e.strerror})"
+    why = {
+        errno.EADDRINUSE: "the port is in use (is another server running?); stop it or pick another --port",
+        errno.EACCES: "permission denied (ports below 1024 need root); pick a --port of 1024 or more",
+        errno.EADDRNOTAVAIL: f"{host} is not an address of this machine",
+    }.get(e.errno or 0, e.strerror or str(e))
+    return f"cannot listen on {where}: {why}"
 
 
 def resolve_pair(args) -> str | None:
@@ -93,17 +160,32 @@ def resolve_pair(args) -> str | None:
 
 def cmd_serve(args) -> int:
     from .. import server
-    from ..api import Served
 
     args.api_key = args.api_key or os.environ.get(KEY_ENV) or None
-    refusal = check_bind(args.host, args.api_key)
-    if refusal:
-        print(f"localspec serve: {refusal}", file=sys.stderr)
-        return 2
-    if args.queue < 0:
-        print("localspec serve: --queue must be 0 or more", file=sys.stderr)
+    problem = check_options(args)
+    if problem:
+        print(f"localspec serve: {problem}", file=sys.stderr)
         return 2
     model_id = resolve_pair(args) or args.target.stem
+    try:
+        sockets = server.listening_sockets(args.host, args.port)
+    except OSError as e:
+        print(f"localspec serve: {listen_problem(e, args.host, args.port)}", file=sys.stderr)
+        return EXIT_CANNOT_LISTEN
+    try:
+        serve_pair(args, model_id, sockets)
+    finally:
+        for sock in sockets:  # uvicorn closes them when it ran; not when the load failed
+            sock.close()
+    return 0
+
+
+def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
+    """Load the pair and serve it on ``sockets`` until SIGINT or SIGTERM; then save the profile
+    and close the models (``Session.close``) once the reply still running has stopped."""
+    from .. import server
+    from ..api import Served
+
     session = load_session(args)
     served = Served(
         model_id,
@@ -112,11 +194,18 @@ def cmd_serve(args) -> int:
         session.draft is not None,
         session.target.n_ctx,
     )
-    config = server.ServerConfig(api_key=args.api_key, queue=args.queue, cors_origins=tuple(args.cors))
+    config = server.ServerConfig(
+        api_key=args.api_key,
+        queue=args.queue,
+        cors_origins=tuple(args.cors),
+        host=args.host,
+        allow_hosts=tuple(args.allow_host),
+    )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s:  %(message)s")
-    print(f"serving {model_id} ({session.mode}) at http://{args.host}:{args.port}/v1", file=sys.stderr)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    port = sockets[0].getsockname()[1]  # the one picked, with --port 0
+    print(f"serving {model_id} ({session.mode}) at http://{host}:{port}/v1", file=sys.stderr)
     try:
-        server.serve(server.make_app(session, served, config), args.host, args.port, args.log_level)
+        server.serve(server.make_app(session, served, config), sockets, args.log_level)
     finally:
         session.close()
-    return 0
