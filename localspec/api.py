@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .core import options
-from .core.controller import DraftingState
+from .core.explain import DraftingState
 from .core.sampling import SamplingParams
 from .core.stats import RunStats
 from .session import Mode
@@ -393,7 +393,7 @@ def speed_up(stats: RunStats, baseline_tps: float) -> float | None:
 
 def drafting(mode: str, stats: RunStats, state: DraftingState | None = None) -> dict:
     """Whether this reply drafted, and the controller's account of why drafting is on or off
-    now (``controller.explain``: e.g. "off: a draft token costs 0.62 of a target pass ...")."""
+    now (``core.explain``: e.g. "off: a draft token costs 0.62 of a target pass ...")."""
     out = {"mode": mode, "drafted": stats.n_drafted, "state": "on" if stats.n_drafted else "off"}
     if state is not None:
         out.update(state="on" if state.on else "off", k=state.k, why=state.line, next_try_in=state.next_try_in)

@@ -24,8 +24,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from .core.controller import DraftingState
 from .core.engine import Step
+from .core.explain import DraftingState
 from .core.sampling import SamplingParams
 from .core.stats import RunStats
 from .offload import OffloadPlan
@@ -75,7 +75,7 @@ class ChatSession(Protocol):
 
     def token_text(self, token: int) -> str: ...
 
-    def drafting_state(self, mode: str | None = None) -> DraftingState: ...
+    def drafting_state(self, mode: str | None = None, *, params: SamplingParams | None = None) -> DraftingState: ...
 
     def chat(
         self,
@@ -254,7 +254,7 @@ class Generation:
             return None
         self._asked_at, self._asked_k = now, k
         try:
-            return self.session.drafting_state(self.request.mode)
+            return self.session.drafting_state(self.request.mode, params=self.request.params)
         except Exception:  # an explanation: it must never end a reply
             return None
 

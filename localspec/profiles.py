@@ -9,7 +9,9 @@ and what use measured with each way of drafting for it (tokens, decode seconds, 
 accepted tokens). Expected figures are computed from these and labelled with the date.
 
 The file is JSON in the data dir; a damaged one is set aside (``profiles.json.bad-...``) and
-started again: profiles are measurements, they come back with use.
+started again: profiles are measurements, they come back with use. The app, ``run``, ``serve`` and
+``bench`` may update it at once: an update holds the file's lock (``lockedfile``) from its read to
+its atomic write.
 """
 
 from __future__ import annotations
@@ -20,17 +22,23 @@ import os
 import platform
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .core.controller import PRIOR_ACCEPTED, PRIOR_REJECTED, expected_tokens
-from .core.costs import VerifyCurve
+from .core.controller import PRIOR_ALPHA, prior_from
+from .core.costs import CostModel, speeds
+from .lockedfile import locked, write_atomic
 
 PROFILES_FILE = "profiles.json"  # in the data dir
-ASSUMED_ALPHA = PRIOR_ACCEPTED / (PRIOR_ACCEPTED + PRIOR_REJECTED)  # a same-family pair, untried
+ASSUMED_ALPHA = PRIOR_ALPHA  # an untried pair: the controller's own prior
 MAX_K = 16
+# Tuning choice: a profile's curve and draft pass are the median of the last this many loads'
+# measurements, so one load on a busy machine (a build beside it) is outvoted by the next two.
+HISTORY = 5
+# what a file that is there but cannot be read as profiles raises on the way in
+_DAMAGED = (OSError, ValueError, TypeError, KeyError, AttributeError)
 
 
 def machine_id(build: str) -> str:
@@ -59,6 +67,7 @@ class Use:
     seconds: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    rejected: int = 0  # drafting steps that stopped short of their draft (the acceptance's failures)
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -68,6 +77,14 @@ class Use:
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
+    def prior(self) -> tuple[float, float] | None:
+        """The acceptance prior (alpha, weight) this use gives the controller; None before any
+        drafting was counted (older profiles counted no rejections: none then either)."""
+        return prior_from(self.accepted, self.rejected) if self.rejected else None
+
+    def __add__(self, other: Use) -> Use:
+        return Use(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
 
 @dataclass
 class Profile:
@@ -76,6 +93,9 @@ class Profile:
     verify: dict[int, float] = field(default_factory=dict)  # T(n), seconds
     draft_pass: float | None = None  # seconds of one pass as a draft model
     use: dict[str, Use] = field(default_factory=dict)
+    # the last HISTORY loads' measurements, of which verify and draft_pass are the medians
+    verify_history: dict[int, list[float]] = field(default_factory=dict)
+    draft_pass_history: list[float] = field(default_factory=list)
 
     @property
     def alone_tps(self) -> float | None:
@@ -115,10 +135,8 @@ def expected(target: Profile, how: str, draft: Profile | None = None) -> Expecte
         )
     if draft is None or not draft.draft_pass or how == "lookup":
         return None
-    ks = np.arange(MAX_K + 1)
-    curve = VerifyCurve(target.verify).curve(MAX_K + 1)[1:]  # the engine's own reading of the points
-    speeds = expected_tokens(ASSUMED_ALPHA, ks) / (ks * draft.draft_pass + curve)
-    best = float(max(speeds.max(), alone))
+    rates = speeds(CostModel(target.verify, draft.draft_pass), ASSUMED_ALPHA, MAX_K)  # the engine's own reading
+    best = float(max(rates.max(), alone))
     return Expected(best / alone, best, f"cost model, assumed acceptance {ASSUMED_ALPHA:.0%}", target.measured)
 
 
@@ -128,12 +146,31 @@ class ProfileStore:
         self.warning: str | None = None
 
     def load(self) -> dict[str, Profile]:
+        """Every profile; {} for a missing file. A damaged one is set aside under the lock, so a
+        file another process has just written whole is never the one moved away."""
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            return {k: _profile(v) for k, v in raw.items()}
+            return self._read()
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        except _DAMAGED as e:
+            try:
+                with locked(self.path):
+                    return self._load_locked()
+            except OSError as why:  # no lock to be had (a read-only dir, a stuck holder): touch nothing
+                self.warning = f"{self.path}: unreadable ({e}); left as it is ({why})"
+                return {}
+
+    def _read(self) -> dict[str, Profile]:
+        raw = json.loads(self.path.read_text(encoding="utf-8"))
+        return {k: _profile(v) for k, v in raw.items()}
+
+    def _load_locked(self) -> dict[str, Profile]:
+        """load(), the lock already held: read again, and set the file aside if it is still damaged."""
+        try:
+            return self._read()
+        except FileNotFoundError:
+            return {}
+        except _DAMAGED as e:
             backup = self.path.with_name(f"{self.path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
             try:
                 os.replace(self.path, backup)
@@ -152,30 +189,45 @@ class ProfileStore:
         verify: Mapping[int, float] | None = None,
         draft_pass: float | None = None,
         use: Mapping[str, Use] | None = None,
+        amend: bool = False,
     ) -> Profile:
-        """Replace the curve and the draft pass with the newer measurement; add use to use."""
-        profiles = self.load()
-        p = profiles.get(key) or Profile(str(model), "")
-        p.measured = time.strftime("%Y-%m-%d")
-        if verify:
-            p.verify = {int(n): float(t) for n, t in verify.items()}
-        if draft_pass:
-            p.draft_pass = float(draft_pass)
-        for how, u in (use or {}).items():
-            old = p.use.get(how, Use())
-            p.use[how] = Use(
-                old.tokens + u.tokens, old.seconds + u.seconds, old.drafted + u.drafted, old.accepted + u.accepted
-            )
-        profiles[key] = p
-        self._save(profiles)
+        """Add a load's curve and draft pass to the history (the profile's are their medians:
+        ``HISTORY``), or with ``amend`` replace the newest entry (the same load, measured
+        longer); add use to use. The lock is held from the read to the write, so an update
+        from another process is never lost."""
+        with locked(self.path):
+            profiles = self._load_locked()
+            p = self._updated(profiles.get(key) or Profile(str(model), ""), verify, draft_pass, use, amend)
+            profiles[key] = p
+            write_atomic(self.path, json.dumps({k: asdict(v) for k, v in profiles.items()}, indent=1))
         return p
 
-    def _save(self, profiles: dict[str, Profile]) -> None:
-        """Atomic (temp file + rename): a crash mid-save leaves the old file whole."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({k: asdict(p) for k, p in profiles.items()}, indent=1), encoding="utf-8")
-        os.replace(tmp, self.path)
+    @staticmethod
+    def _updated(
+        p: Profile,
+        verify: Mapping[int, float] | None,
+        draft_pass: float | None,
+        use: Mapping[str, Use] | None,
+        amend: bool = False,
+    ) -> Profile:
+        p.measured = time.strftime("%Y-%m-%d")
+        if verify:
+            for n, t in verify.items():
+                before = p.verify_history.get(int(n)) or ([p.verify[int(n)]] if int(n) in p.verify else [])
+                p.verify_history[int(n)] = _history(before, float(t), amend)
+            p.verify = {n: float(np.median(ts)) for n, ts in p.verify_history.items()}
+        if draft_pass:
+            before = p.draft_pass_history or ([p.draft_pass] if p.draft_pass else [])
+            p.draft_pass_history = _history(before, float(draft_pass), amend)
+            p.draft_pass = float(np.median(p.draft_pass_history))
+        for how, u in (use or {}).items():
+            p.use[how] = p.use.get(how, Use()) + u
+        return p
+
+
+def _history(before: list[float], value: float, amend: bool) -> list[float]:
+    """The last HISTORY measurements with ``value`` added, or in place of the newest."""
+    return [*(before[:-1] if amend and before else before), value][-HISTORY:]
 
 
 def _profile(raw: dict) -> Profile:
@@ -185,6 +237,8 @@ def _profile(raw: dict) -> Profile:
         verify={int(n): float(t) for n, t in raw.get("verify", {}).items()},
         draft_pass=float(raw["draft_pass"]) if raw.get("draft_pass") else None,
         use={how: Use(**u) for how, u in raw.get("use", {}).items()},
+        verify_history={int(n): [float(t) for t in ts] for n, ts in raw.get("verify_history", {}).items()},
+        draft_pass_history=[float(t) for t in raw.get("draft_pass_history", [])],
     )
 
 

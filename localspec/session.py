@@ -9,16 +9,20 @@ their KV caches between turns, so a follow-up turn evaluates only its new tokens
 from __future__ import annotations
 
 import functools
+import re
+import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from .compat import Compatibility, check_compatible
-from .core.controller import CostModel, DraftingState, explain
-from .core.costs import calibrate
+from .core.costs import CostModel, calibrate
 from .core.engine import SpeculativeEngine, Step
+from .core.explain import DraftingState, explain
 from .core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, Reply, builtin_modes
 from .core.modes import repeatable as repeatable_mode
 from .core.options import DraftOptions, ModelOptions, values
@@ -83,7 +87,7 @@ def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
 
 
 # Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
-# interpolated, then measured when they could win (DraftController._explore). Sizes past 8 pay
+# interpolated, then measured when they could win (core.budget.Explorer). Sizes past 8 pay
 # only on a memory-bound target, where exploration finds them within a few dozen steps.
 CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
 
@@ -111,11 +115,14 @@ class Session:
         self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
         curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
+        for seconds in self._draft_history():  # earlier loads' passes: a busy load is outvoted
+            draft_cost.seed(seconds)
         self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
         self._costs_at_load = CostModel(curve.points(), draft_cost.seconds)  # a copy: seeded replies (modes.repeatable)
         self.modes: ModeRegistry = builtin_modes()  # the bench registers its own beside these
         # by mode, longest draft, and whether it is the seeded replies' (modes.repeatable)
         self._drafting: dict[tuple[DraftingMode, int, bool], Drafting] = {}
+        self._saved = False  # this load's measurements are in the profile's history
         self.save_profile()
 
     @classmethod
@@ -218,18 +225,45 @@ class Session:
         max_k = n_max or self.options.max_k
         key = (spec, max_k, repeatable)
         if key not in self._drafting:
-            ctx = self._mode_context(max_k)
+            ctx = self._mode_context(max_k, spec.name)
             self._drafting[key] = repeatable_mode(spec, ctx, self._costs_at_load) if repeatable else spec.build(ctx)
         return self._drafting[key]
 
-    def _mode_context(self, max_k: int) -> ModeContext:
+    def _mode_context(self, max_k: int, mode: str) -> ModeContext:
         banned = self.compat.banned_draft_ids if self.compat else frozenset()
         o = self.options
-        return ModeContext(self.target, self.draft, self.costs, max_k, o.adaptive, o.copy, banned)
+        return ModeContext(self.target, self.draft, self.costs, max_k, o.adaptive, o.copy, banned, self._prior(mode))
 
-    def drafting_state(self, mode: Mode | str | None = None, n_max: int | None = None) -> DraftingState:
-        """Why drafting is on or off for ``mode`` now (controller.explain), for the UI to show."""
-        return explain(self.drafting(mode, n_max).controller)
+    def _prior(self, mode: str) -> tuple[float, float] | None:
+        """The acceptance prior of ``mode``: what this pair's profile counted here before."""
+        if self.profiles is None:
+            return None
+        profile = self.profiles.get(self._target_key())
+        use = profile.use.get(self._drafting_key(mode)) if profile else None
+        return use.prior() if use else None
+
+    def _draft_history(self) -> list[float]:
+        """The draft passes earlier loads of this pair measured here (the profile's history)."""
+        if self.profiles is None or self.spec.draft is None:
+            return []
+        profile = self.profiles.get(self._draft_key())
+        return profile.draft_pass_history if profile else []
+
+    def _draft_key(self) -> str:
+        plan = self.offload
+        assert self.spec.draft is not None
+        return model_key(self.spec.draft, self.machine, self.options.threads, plan.draft_layers if plan else None)
+
+    def _target_key(self) -> str:
+        plan = self.offload
+        return model_key(self.spec.target, self.machine, self.options.threads, plan.target_layers if plan else None)
+
+    def drafting_state(
+        self, mode: Mode | str | None = None, n_max: int | None = None, params: SamplingParams | None = None
+    ) -> DraftingState:
+        """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
+        a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
+        return explain(self.drafting(mode, n_max, seeded(params)).controller)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)
@@ -272,13 +306,26 @@ class Session:
         ids, _ = self.fit(messages, max_tokens, raw)
         counted = self.modes[mode or self.mode].counts_as_use  # the bench's modes are not the user's use
         if repeatable is None:
-            repeatable = params.seed is not None and not params.greedy
+            repeatable = seeded(params)
         with self.lock:
             engine = self.engine(mode, n_max, p_min, prompt_len=len(ids), repeatable=repeatable)
             for step in engine.generate(ids, params, max_tokens, stop):
                 if counted:
                     self._count(mode, step)
                 yield step
+
+    def divergence(self, messages: Sequence[dict], ref: Sequence[int], got: Sequence[int], raw: bool = False):
+        """Where a greedy reply ``got`` parts from the target alone's ``ref`` (None where they
+        are the same): the index, and the target-only top-2 logit gap there. A near-tie means
+        the batched and single-token kernels' numerics; a large gap would be a real bug."""
+        n = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), None)
+        if n is None:
+            return None if len(ref) == len(got) else {"index": min(len(ref), len(got)), "gap": None}
+        self.reset()
+        ids = self.fit(messages, 1, raw)[0]
+        top2 = np.sort(np.asarray(self.target.sync(ids + list(ref[:n]), n_logits=1)[0]))[-2:]
+        self.reset()
+        return {"index": n, "gap": float(top2[1] - top2[0])}
 
     def reset(self) -> None:
         """Empty both KV caches (the next turn is evaluated from scratch)."""
@@ -296,24 +343,23 @@ class Session:
         u.seconds += step.step_seconds
         u.drafted += len(step.drafted)
         u.accepted += step.n_accepted
+        u.rejected += step.n_accepted < len(step.drafted)
 
     def save_profile(self) -> None:
         """Keep what this pair measured here (the target's curve as refined so far, a draft
-        pass, the use since the last save) for the pair menu and ``localspec doctor``."""
+        pass, the use since the last save) for the pair menu and ``localspec doctor``: the
+        load's first save adds this load's measurements to the profile's history, later ones
+        amend them (one load, one entry)."""
         if self.profiles is None:
             return
         try:
-            plan = self.offload
-            target_key = model_key(
-                self.spec.target, self.machine, self.options.threads, plan.target_layers if plan else None
-            )
-            self.profiles.update(target_key, self.spec.target, verify=self.costs.verify.points(), use=self._use)
+            amend = self._saved
+            verify = self.costs.verify.points()
+            self.profiles.update(self._target_key(), self.spec.target, verify=verify, use=self._use, amend=amend)
             if self.spec.draft and self.costs.t_draft:
-                draft_key = model_key(
-                    self.spec.draft, self.machine, self.options.threads, plan.draft_layers if plan else None
-                )
-                self.profiles.update(draft_key, self.spec.draft, draft_pass=self.costs.t_draft)
-            self._use = {}
+                own = self.costs.draft.own_seconds  # this load's, not the history it was seeded with
+                self.profiles.update(self._draft_key(), self.spec.draft, draft_pass=own, amend=amend)
+            self._use, self._saved = {}, True
         except OSError:
             pass  # a profile is a convenience: a read-only data dir must not stop a chat
 
@@ -325,11 +371,85 @@ class Session:
 
 
 def prompt_tokens(target, messages: Sequence[dict], raw: bool = False) -> list[int]:
-    """The conversation as the target's tokens: its chat template, or the plain text with
-    ``raw``."""
+    """The conversation as the target's tokens: its chat template around contents that are
+    plain text (``template_tokens``), or with ``raw`` the text as written, special tokens
+    in it parsed (``--raw`` and ``/v1/completions`` send a prompt in the model's own markup)."""
     if raw:
         return target.tokenize("".join(m["content"] for m in messages))
-    return target.tokenize(target.apply_chat_template(messages), add_bos=False)
+    return template_tokens(target, messages)
+
+
+def template_tokens(target, messages: Sequence[dict]) -> list[int]:
+    """The chat template's tokens, where only the template's own markup is special: a message
+    holding ``<|im_end|>`` must not end its turn and forge a system or assistant turn of its
+    own, so message contents are tokenized as text.
+
+    The markup is what the template renders with every content replaced by a marker no text
+    holds. When the special tokens of the whole prompt are exactly the markup's, no content
+    added one, and the prompt is tokenized whole as llama.cpp's server would (the same
+    tokens as ever). Otherwise it is tokenized piece by piece: markup with special tokens
+    parsed, each content as plain text."""
+    ids = target.tokenize(target.apply_chat_template(messages), add_bos=False)
+    pieces = template_pieces(target, messages)
+    # a private-use character between markup pieces, as the markers stood: it joins no tokens
+    markup = target.tokenize("\ue000".join(text for text, literal in pieces if not literal), add_bos=False)
+    special = lambda tokens: [t for t in tokens if target.is_special(t)]
+    if special(ids) == special(markup):
+        return ids
+    return literal_tokens(target, pieces)
+
+
+def literal_tokens(target, pieces: Sequence[tuple[str, bool]]) -> list[int]:
+    """``pieces`` tokenized as llama.cpp tokenizes a whole text, but with special tokens
+    parsed in the markup only: it splits the text at special tokens and tokenizes each run
+    of text between them on its own (an SPM vocabulary's space prefix starts each run), so a
+    run here is the markup's text before or after its special tokens joined with the contents
+    beside it, and the tokens are the whole text's wherever no content holds markup."""
+    out: list[int] = []
+    run: list[str] = []  # the text since the last special token
+
+    def end_run() -> None:
+        if any(run):
+            out.extend(target.tokenize("".join(run), add_bos=False, special=False))
+        run.clear()
+
+    for text, literal in pieces:
+        if literal:
+            run.append(text)
+            continue
+        at = 0
+        for token in filter(target.is_special, target.tokenize(text, add_bos=False)):
+            piece = target.token_text(token).decode("utf-8", "replace")
+            found = text.find(piece, at)
+            if found >= 0:  # (not found: text llama.cpp matched otherwise; the token keeps its place)
+                run.append(text[at:found])
+                at = found + len(piece)
+            end_run()
+            out.append(token)
+        run.append(text[at:])
+    end_run()
+    return out
+
+
+def template_pieces(target, messages: Sequence[dict]) -> list[tuple[str, bool]]:
+    """The rendered template as (text, is_content) pieces in order: the markup around each
+    content, and the content itself. The masked render holds no message text at all, so
+    nothing a user writes can pass for markup; markers are private-use characters around a
+    fresh nonce, which no template writes, and which a template that trims its contents
+    leaves whole."""
+    nonce = secrets.token_hex(8)
+    marker = lambda i: f"\ue000{nonce}:{i}\ue001"
+    masked = [{**m, "content": marker(i)} for i, m in enumerate(messages)]
+    parts = re.split(f"\ue000{nonce}:(\\d+)\ue001", target.apply_chat_template(masked))
+    pieces = []
+    for i, part in enumerate(parts):
+        pieces.append((messages[int(part)]["content"], True) if i % 2 else (part, False))
+    return pieces
+
+
+def seeded(params: SamplingParams | None) -> bool:
+    """A sampled reply with a seed: it must repeat, so it drafts a fixed length (modes.repeatable)."""
+    return params is not None and params.seed is not None and not params.greedy
 
 
 def reply_room(n_ctx: int, max_tokens: int) -> int:

@@ -16,7 +16,8 @@ import statistics
 
 import numpy as np
 
-from localspec.core.controller import CostModel, DraftController
+from localspec.core.controller import AdaptiveController, FixedController
+from localspec.core.costs import CostModel
 from localspec.core.drafters import OracleDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.protocol import CachedModel
@@ -61,7 +62,8 @@ def run(target, prompt, reference, k: int | None, n_tokens: int, repeats: int) -
     for _ in range(repeats):
         costs = CostModel({n: 0.004 + 0.0002 * n for n in (1, 2, 4, 8, 16)})  # a GPU-like curve
         drafter = OracleDrafter(len(prompt), reference, target.n_vocab) if k != 0 else None
-        engine = SpeculativeEngine(target, drafter, DraftController(costs, 16, fixed_k=k))
+        controller = AdaptiveController(costs, 16) if k is None else FixedController(costs, k)
+        engine = SpeculativeEngine(target, drafter, controller)
         stats = RunStats()
         for step in engine.generate(prompt, SamplingParams(), n_tokens):
             stats.add(step)

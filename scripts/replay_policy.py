@@ -3,7 +3,8 @@
     .venv/bin/python scripts/replay_policy.py record --target models/qwen2.5-coder-1.5b-f16.gguf \\
         --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96]
     .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
-        [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT]
+        [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
+        [--cold [--no-profile]]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure_costs)
 and keeps, per prompt of the default suite, the prompt's tokens and the target's greedy reply.
@@ -14,9 +15,11 @@ seconds), and every evaluation advances a virtual clock by the measured T(n) or 
 times a lognormal factor of ``--noise`` sigma. With noise the costs are calibrated at load as
 a session does (sizes 1, 2, 3, 4, 6, 8, three samples each) and learnt online; without, the
 controller is given the measured curve. Every mode's state carries over the prompts in order,
-as in the bench. It prints, per prompt, tokens/s over the target alone, mean draft length and
-acceptance per policy. Timings are modelled, not measured: it compares policies; the bench
-measures them.
+as in the bench; with ``--cold`` none does (every reply a fresh load, as ``localspec run``
+starts), but each starts from the acceptance the earlier replies counted, as a profile would
+hold (``--no-profile``: from the default prior, a machine's very first runs). It prints, per
+prompt, tokens/s over the target alone, mean draft length and acceptance per policy.
+Timings are modelled, not measured: it compares policies; the bench measures them.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ import numpy as np
 
 from localspec import bench
 from localspec.core import costs as costs_module
-from localspec.core.controller import CostModel
-from localspec.core.costs import DraftCost, VerifyCurve
+from localspec.core.controller import prior_from
+from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
@@ -185,7 +188,12 @@ def replay(args) -> None:
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
     for policy in policies:
         mode = build(policy, ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), max_k=16))
+        counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
         for p in prompts:
+            if args.cold:  # a fresh load for every reply, as `localspec run` starts
+                prior = None if args.no_profile or not counted[1] else prior_from(*counted)
+                ctx = ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), max_k=16, prior=prior)
+                mode = build(policy, ctx)
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
             engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(p["prompt"]))), mode.controller)
             stats = RunStats()
@@ -193,6 +201,8 @@ def replay(args) -> None:
                 if args.trace == p["id"] and step.drafted:
                     print(f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}")
                 stats.add(step)
+                counted[0] += step.n_accepted
+                counted[1] += step.n_accepted < len(step.drafted)
             results.setdefault(p["id"], {})[policy] = (
                 stats.tokens_per_second,
                 stats.mean_draft_length,
@@ -237,6 +247,12 @@ def main() -> None:
     rep.add_argument("--seed", type=int, default=0)
     rep.add_argument("--max-tokens", type=int, default=96)
     rep.add_argument("--trace", default="")
+    rep.add_argument(
+        "--cold",
+        action="store_true",
+        help="a fresh controller for every prompt, its acceptance prior what the earlier prompts counted (a profile)",
+    )
+    rep.add_argument("--no-profile", action="store_true", help="with --cold: every prompt from the default prior")
     args = parser.parse_args()
     if args.command == "record":
         record(args)

@@ -16,11 +16,12 @@ import argparse
 from pathlib import Path
 
 from localspec import bench
-from localspec.core.controller import CostModel, DraftController, LookupGate
-from localspec.core.costs import DraftCost
+from localspec.core.controller import AdaptiveController, Controller, FixedController
+from localspec.core.costs import CostModel, DraftCost
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import COPY_PRIOR
+from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
 from localspec.session import LoadOptions, PairSpec, Session
@@ -33,7 +34,8 @@ class Variant:
         self.name, self.session = name, session
         # private copies: what one variant measures must not teach another
         costs = CostModel(session.costs.verify.copy(), session.costs.draft.copy() if name != "none" else DraftCost())
-        self.controller = DraftController(costs, session.options.max_k, 0 if name == "none" else None)
+        max_k = session.options.max_k
+        self.controller: Controller = FixedController(costs, 0) if name == "none" else AdaptiveController(costs, max_k)
         self.gate = LookupGate(costs, COPY_PRIOR) if name == "hybrid" else None
 
     def drafter(self):

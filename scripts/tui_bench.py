@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.core.controller import DraftingState
 from localspec.core.engine import Step
+from localspec.core.explain import DraftingState
 from localspec.session import PairSpec
 from localspec.settings import Settings
 from localspec.store import ChatStore

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localspec.core.controller import DraftingState
 from localspec.core.engine import Step
+from localspec.core.explain import DraftingState
 from localspec.offload import CPU_BUILD, OffloadPlan, cpu_plan
 from localspec.session import PairSpec
 
@@ -58,7 +58,7 @@ class FakeSession:
     def mode(self) -> str:
         return self.spec.mode
 
-    def drafting_state(self, mode=None, n_max=None) -> DraftingState:
+    def drafting_state(self, mode=None, n_max=None, params=None) -> DraftingState:
         """Scripted: ``drafting[steps yielded in this reply - 1]`` (Session.drafting_state)."""
         self.drafting_asked += 1
         if (mode or self.mode) == "none":
@@ -153,7 +153,7 @@ QWEN3_ANSWER = "Hello! How are you?"
 # A pair on a CPU where drafting cannot pay: every step is the target alone (k = 0).
 NOT_DRAFTING = [([p], 0, 0) for p in ["Hello", ",", " world", "!", " How", " are", " you", "?"]]
 
-# What the controller says (DraftingState, written out as controller.explain would):
+# What the controller says (DraftingState, written out as core.explain would):
 ON_K4: DraftingState = DraftingState(
     True,
     4,

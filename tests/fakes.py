@@ -128,3 +128,10 @@ class NoisyOracleDrafter(DrafterBase):
                 ids[i] = (ids[i] + 1) % len(self.fn(context))
         self.clock.now += self.t_draft * len(ids)
         return Draft(tuple(ids), n_evals=len(ids))
+
+
+def fixed_k(controller) -> int | None:
+    """A fixed controller's k (``--no-adapt``, the target alone), None for an adaptive one."""
+    from localspec.core.controller import FixedController
+
+    return controller.k if isinstance(controller, FixedController) else None

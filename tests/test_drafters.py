@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from localspec.core import costs as costs_module
-from localspec.core.controller import CostModel, DraftController, LookupGate
+from localspec.core.controller import AdaptiveController, FixedController
+from localspec.core.costs import CostModel
 from localspec.core.drafters import (
     Drafter,
     ModelDrafter,
@@ -19,6 +20,7 @@ from localspec.core.drafters import (
     find_latest_ngram,
 )
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -185,7 +187,7 @@ class TestOracleDrafter:
         prompt = [5, 6, 7]
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 50)).generate(prompt, GREEDY, n) for t in s.emitted]
         oracle = OracleDrafter(len(prompt), ref, 50, corrupt=corrupt, seed=1)
-        engine = SpeculativeEngine(FakeModel(fn, 50), oracle, DraftController(CostModel(), 8, fixed_k=k))
+        engine = SpeculativeEngine(FakeModel(fn, 50), oracle, FixedController(CostModel(), k))
         steps = list(engine.generate(prompt, GREEDY, n))
         return ref, [t for s in steps for t in s.emitted], steps, oracle
 
@@ -301,7 +303,7 @@ class TestLookupGate:
         costs = CostModel(dict(curve))
         gate = LookupGate(costs)
         drafter = PromptLookupDrafter(min_ngram=2, gate=gate)
-        engine = SpeculativeEngine(target, drafter, DraftController(costs, 8))
+        engine = SpeculativeEngine(target, drafter, AdaptiveController(costs, 8))
         steps = list(engine.generate([3, 4, 5], GREEDY, 60))
         assert [t for s in steps for t in s.emitted] == ref
         assert sum(len(s.drafted) for s in steps) > 0 and gate.counts
@@ -356,7 +358,7 @@ class TestModelDrafterWithLookup:
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}, t_draft=0.1)
         drafter = ModelDrafter(FakeModel(hashed_logits(6, 12, order=2), 12), 12, costs=costs)
         drafter.with_lookup(PromptLookupDrafter(costs=costs))
-        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, DraftController(costs, 8))
+        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, AdaptiveController(costs, 8))
         assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref
 
     def test_a_step_that_drafts_nothing_teaches_the_gate_nothing(self):

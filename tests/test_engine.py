@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from fakes import EOS, FakeModel, ScriptedDrafter, hashed_logits, oracle_greedy
 
-from localspec.core.controller import Choice, CostModel, DraftController
+from localspec.core.controller import AdaptiveController, Choice, FixedController
+from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.sampling import SamplingParams
@@ -15,7 +16,7 @@ PROMPT = [5, 6, 7, 8, 9, 10]
 
 
 def fixed(k):
-    return DraftController(CostModel(verify={1: 1.0}), max_k=k, fixed_k=k)
+    return FixedController(CostModel(verify={1: 1.0}), k)
 
 
 def run(engine, prompt=PROMPT, params=GREEDY, max_tokens=40, stop=()):
@@ -150,7 +151,7 @@ class TestAdaptive:
     def test_adaptive_engine_stays_exact(self):
         fn = hashed_logits(seed=11, n_vocab=V)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
-        engine = SpeculativeEngine(FakeModel(fn, V), drafter, DraftController(CostModel(), max_k=8))
+        engine = SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(CostModel(), max_k=8))
         assert run(engine)[0] == target_only(fn)[0]
 
     def test_a_padded_verify_measures_its_size_and_changes_nothing(self):
@@ -158,7 +159,7 @@ class TestAdaptive:
         # the curve learns T(8) from verifies that drafted fewer tokens
         fn = hashed_logits(seed=12, n_vocab=V)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n)[:2])
-        ctl = DraftController(CostModel({1: 1.0, 2: 1.1, 3: 1.2}), max_k=4, fixed_k=3)
+        ctl = FixedController(CostModel({1: 1.0, 2: 1.1, 3: 1.2}), 3)
         ctl.choose = lambda behind=None: Choice(3, 1.0, 1.0, measure=8)
         target = FakeModel(fn, V)
         got, steps = run(SpeculativeEngine(target, drafter, ctl))
@@ -186,7 +187,7 @@ class TestDraftPrefill:
         fn = hashed_logits(1, V)
         draft = FakeModel(hashed_logits(2, V), V)
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)
-        controller = DraftController(costs, 4)
+        controller = AdaptiveController(costs, 4)
         engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0), controller)
         steps = engine.generate(PROMPT, GREEDY, 20)
         first = next(steps)
@@ -199,7 +200,9 @@ class TestDraftPrefill:
     def test_no_draft_prefill_when_drafting_does_not_pay(self):
         draft = FakeModel(hashed_logits(2, V), V)
         costs = CostModel({1: 1.0, 2: 2.0, 4: 4.0}, t_draft=0.9)  # compute-bound: k = 0
-        engine = SpeculativeEngine(FakeModel(hashed_logits(1, V), V), ModelDrafter(draft, V), DraftController(costs, 4))
+        engine = SpeculativeEngine(
+            FakeModel(hashed_logits(1, V), V), ModelDrafter(draft, V), AdaptiveController(costs, 4)
+        )
         next(engine.generate(PROMPT, GREEDY, 5))
         assert draft.decode_calls == []
 
@@ -207,7 +210,7 @@ class TestDraftPrefill:
         fn = hashed_logits(1, V)
         draft = FakeModel(hashed_logits(2, V), V, n_ctx=4)  # holds less than the prompt
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)
-        engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0), DraftController(costs, 4))
+        engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0), AdaptiveController(costs, 4))
         got, _ = run(engine, max_tokens=10)
         assert got == target_only(fn, max_tokens=10)[0]
         assert draft.cached == []

@@ -7,7 +7,8 @@ import pytest
 from tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 from localspec.compat import check_compatible
-from localspec.core.controller import CostModel, DraftController
+from localspec.core.controller import FixedController
+from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.protocol import ContextFull
@@ -41,7 +42,7 @@ def target(tiny):
 
 
 def fixed(k):
-    return DraftController(CostModel(verify={1: 1.0}), max_k=k, fixed_k=k)
+    return FixedController(CostModel(verify={1: 1.0}), k)
 
 
 def generate(target, drafter, k, prompt, n=60, params=GREEDY):
@@ -309,3 +310,51 @@ class TestCli:
         with pytest.raises(SystemExit) as e:
             main(["run", "--target", str(tmp_path / "missing.gguf"), "hi"])
         assert e.value.code == 2 and "no such file" in capsys.readouterr().err
+
+
+class TestCheckIdentity:
+    """``localspec run --check-identity``: the target alone runs too, and the first divergence
+    (with the target's top-2 logit gap there) is reported; without the flag nothing is said."""
+
+    def run_json(self, tiny, capsys, *extra) -> dict:
+        from localspec.cli import main
+
+        argv = ["run", "--target", str(tiny["target"]), "--draft", str(tiny["draft"]), "--threads", "1"]
+        assert main([*argv, "--ctx", "512", "--max-tokens", "24", "--json", *extra, "hello world"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    def test_greedy_f32_reply_is_identical_and_says_so(self, tiny, capsys):
+        out = self.run_json(tiny, capsys, "--check-identity", "--no-adapt", "--draft-max", "3")
+        assert out["identity"] == {"identical": True, "n_tokens": out["n_tokens"], "first_divergence": None}
+        assert out["n_drafted"] > 0  # the reply drafted: the check compared two ways of decoding
+
+    def test_without_the_flag_nothing_is_claimed(self, tiny, capsys):
+        assert "identity" not in self.run_json(tiny, capsys)
+
+    def test_sampling_is_refused_before_any_load(self, tiny, capsys):
+        from localspec.cli import main
+
+        assert main(["run", "--target", str(tiny["target"]), "--temp", "0.7", "--check-identity", "hi"]) == 2
+        assert "--check-identity compares greedy replies" in capsys.readouterr().err
+
+    def test_a_divergence_names_its_token_and_gap(self, tiny):
+        session = Session.load(PairSpec(tiny["target"]), LoadOptions(n_ctx=512, threads=1))
+        try:
+            msgs = [{"role": "user", "content": "hello world"}]
+            ref = [t for s in session.chat(msgs, GREEDY, 8) for t in s.emitted]
+            got = ref[:3] + [(ref[3] + 1) % session.target.n_vocab] + ref[4:]
+            where = session.divergence(msgs, ref, got)
+            assert where["index"] == 3 and where["gap"] >= 0
+            assert session.divergence(msgs, ref, ref) is None
+            assert session.divergence(msgs, ref, ref[:5]) == {"index": 5, "gap": None}
+        finally:
+            session.close()
+
+    @pytest.mark.parametrize(
+        "gap, says", [(0.01, "a near-tie"), (2.5, "not a near-tie"), (None, "a prefix of the other")]
+    )
+    def test_the_line_says_what_the_gap_means(self, gap, says):
+        from localspec.cli.run import identity_line
+
+        line = identity_line({"identical": False, "n_tokens": 9, "first_divergence": {"index": 4, "gap": gap}})
+        assert "at token 4" in line and says in line

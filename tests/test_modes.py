@@ -1,9 +1,9 @@
 """Drafting modes on fakes: the built-in three, what each builds, and the registry."""
 
 import pytest
-from fakes import FakeModel, hashed_logits
+from fakes import FakeModel, fixed_k, hashed_logits
 
-from localspec.core.controller import CostModel
+from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.modes import (
     COPY_PRIOR,
@@ -30,7 +30,7 @@ def context(draft=True, **kw) -> ModeContext:
 class TestBuiltinModes:
     def test_the_target_alone_never_drafts(self):
         drafting = target_alone(context())
-        assert drafting.controller.fixed_k == 0
+        assert fixed_k(drafting.controller) == 0
         assert isinstance(drafting.new_drafter(Reply()), NoDrafter)
 
     def test_draft_mode_pays_the_draft_pass_and_copies_with_a_gate_kept_across_replies(self):
@@ -52,7 +52,7 @@ class TestBuiltinModes:
         drafter = drafting.new_drafter(Reply())
         assert isinstance(drafter, ModelDrafter) and drafter.lookup is None
         # --no-adapt: every step drafts max_k, stopped by p_min alone (no marginal rule)
-        assert drafting.controller.fixed_k == (None if adaptive else 5)
+        assert fixed_k(drafting.controller) == (None if adaptive else 5)
         assert (drafter.costs is None) == (not adaptive)
 
     def test_draft_mode_needs_a_draft_model(self):
@@ -69,8 +69,8 @@ class TestBuiltinModes:
 
     def test_a_fixed_k_wins_over_the_options(self):
         ctx = context(max_k=8, adaptive=False)
-        assert controller_for(ctx, draft_cost=False).fixed_k == 8
-        assert controller_for(ctx, draft_cost=False, fixed_k=3).fixed_k == 3
+        assert fixed_k(controller_for(ctx, draft_cost=False)) == 8
+        assert fixed_k(controller_for(ctx, draft_cost=False, fixed_k=3)) == 3
         assert controller_for(ctx, draft_cost=False).costs.t_draft == 0.0
 
 

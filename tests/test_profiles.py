@@ -4,9 +4,13 @@ import json
 
 import pytest
 
+from localspec import lockedfile
+from localspec.core.controller import PRIOR_ALPHA, AdaptiveController, prior_from
+from localspec.core.costs import CostModel
 from localspec.core.sampling import SamplingParams
 from localspec.profiles import (
     ASSUMED_ALPHA,
+    HISTORY,
     Profile,
     ProfileStore,
     Use,
@@ -30,6 +34,35 @@ class TestStore:
         again = ProfileStore(tmp_path / "p.json").get("k")
         assert again == p and again.measured
 
+    def test_a_busy_load_is_outvoted_by_the_loads_around_it(self, tmp_path):
+        # a draft pass of 0.02 s, but one load ran beside a build and measured 2.68 s
+        store = ProfileStore(tmp_path / "p.json")
+        for seconds in (0.02, 0.021, 2.68, 0.019):
+            p = store.update("d", tmp_path / "d.gguf", draft_pass=seconds, verify={1: 50 * seconds})
+        assert p.draft_pass == pytest.approx(0.0205) and p.verify[1] == pytest.approx(50 * 0.0205)
+        assert p.draft_pass_history == [0.02, 0.021, 2.68, 0.019]
+        for _ in range(HISTORY):  # the window holds the last HISTORY loads
+            p = store.update("d", tmp_path / "d.gguf", draft_pass=0.03)
+        assert p.draft_pass_history == [0.03] * HISTORY
+
+    def test_a_load_amends_its_own_entry(self, tmp_path):
+        store = ProfileStore(tmp_path / "p.json")
+        store.update("d", tmp_path / "d.gguf", draft_pass=0.02)
+        store.update("d", tmp_path / "d.gguf", draft_pass=0.05)  # the next load, at load
+        p = store.update("d", tmp_path / "d.gguf", draft_pass=0.04, amend=True)  # ... and at its close
+        assert p.draft_pass_history == [0.02, 0.04]
+
+    def test_an_old_profile_keeps_its_value_as_the_first_of_its_history(self, tmp_path):
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"d": {"model": "d", "measured": "x", "verify": {"1": 0.1}, "draft_pass": 0.02}}))
+        p = ProfileStore(path).update("d", tmp_path / "d.gguf", draft_pass=0.2, verify={1: 1.0})
+        assert p.draft_pass_history == [0.02, 0.2] and p.verify_history == {1: [0.1, 1.0]}
+
+    def test_use_counts_rejections_for_the_acceptance_prior(self):
+        assert Use(100, 1.0, 60, 40).prior() is None  # no rejections counted (an older profile)
+        alpha, weight = Use(100, 1.0, 60, 40, rejected=10).prior()
+        assert alpha == pytest.approx(prior_from(40, 10)[0]) and alpha > PRIOR_ALPHA
+
     def test_a_damaged_file_is_set_aside_and_started_again(self, tmp_path):
         path = tmp_path / "p.json"
         path.write_text("{not json")
@@ -38,6 +71,26 @@ class TestStore:
         assert list(tmp_path.glob("p.json.bad-*"))
         store.update("k", tmp_path / "t.gguf", verify={1: 0.1})
         assert json.loads(path.read_text())["k"]["verify"] == {"1": 0.1}
+
+    def test_a_damaged_file_is_left_alone_while_another_process_holds_the_lock(self, tmp_path, monkeypatch):
+        # the holder may be about to replace it with a good file: moving that aside would lose it
+        monkeypatch.setattr(lockedfile, "LOCK_TIMEOUT", 0.1)
+        path = tmp_path / "p.json"
+        path.write_text("{not json")
+        store = ProfileStore(path)
+        with lockedfile.locked(path):
+            assert store.load() == {}
+        assert "left as it is" in store.warning and "p.json.lock" in store.warning
+        assert path.read_text() == "{not json" and not list(tmp_path.glob("p.json.bad-*"))
+
+    def test_an_update_that_cannot_take_the_lock_raises_and_writes_nothing(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(lockedfile, "LOCK_TIMEOUT", 0.1)
+        store = ProfileStore(tmp_path / "p.json")
+        store.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0)})
+        before = store.path.read_text()
+        with lockedfile.locked(store.path), pytest.raises(OSError, match="nothing was written"):
+            store.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0)})  # Session.close catches OSError
+        assert store.path.read_text() == before
 
     def test_the_key_changes_with_the_file_and_the_machine(self, tmp_path):
         f = tmp_path / "m.gguf"
@@ -93,6 +146,57 @@ class TestSessionKeepsProfiles:
         use = store.get(target_key).use[str(tiny_pair[1].resolve())]
         assert use.tokens == sum(len(x.emitted) for x in steps) and use.seconds > 0
         assert use.drafted == sum(len(x.drafted) for x in steps)
+        assert use.rejected == sum(x.n_accepted < len(x.drafted) for x in steps)
+
+    def test_the_next_load_starts_from_what_this_pair_measured(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        s.costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)  # costs where drafting pays
+        assert s.drafting("draft").controller.alpha == pytest.approx(PRIOR_ALPHA)  # untried: the default
+        for _ in range(3):
+            list(s.chat([{"role": "user", "content": "hello world the model"}], GREEDY, 24))
+        s.close()
+        again = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        try:
+            use = store.get(model_key(tiny_pair[0], again.machine, 1, again.offload.target_layers)).use
+            counted = use[str(tiny_pair[1].resolve())]
+            controller = again.drafting("draft").controller
+            assert isinstance(controller, AdaptiveController) and counted.rejected > 0
+            assert controller.alpha == pytest.approx(prior_from(counted.accepted, counted.rejected)[0])
+        finally:
+            again.close()
+
+    def test_a_load_beside_a_burst_of_load_starts_from_the_draft_pass_measured_before(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        options = LoadOptions(n_ctx=512, threads=1)
+        quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+        quiet.close()
+        draft_key = model_key(tiny_pair[1], quiet.machine, 1, quiet.offload.draft_layers)
+        usual = store.get(draft_key).draft_pass
+        from localspec.core import costs
+
+        def busy_calibrate(*args, **kwargs):  # every draft pass timed 30x slower at this load
+            curve, draft = costs.calibrate(*args, **kwargs)
+            slow = costs.DraftCost()
+            for _ in range(3):
+                slow.observe(1, 30 * draft.seconds)
+            return curve, slow
+
+        import localspec.session as session_module
+
+        for _ in range(3):  # three more quiet loads: the history holds four, more than a load's own three
+            Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store).close()
+        session_module.calibrate, real = busy_calibrate, session_module.calibrate
+        try:
+            busy = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+        finally:
+            session_module.calibrate = real
+        try:
+            assert busy.costs.t_draft < 3 * usual  # outvoted by the loads before it
+            assert busy.costs.draft.own_seconds > 10 * usual  # and its own measurement is what it saves
+        finally:
+            busy.close()
+        assert store.get(draft_key).draft_pass < 3 * usual  # the profile's median: one busy load of five
 
     def test_no_store_no_file(self, tiny_pair, tmp_path):
         s = Session.load(PairSpec(tiny_pair[0]), LoadOptions(n_ctx=512, threads=1))

@@ -9,8 +9,7 @@ import pytest
 from fakes import FakeModel, hashed_logits, oracle_greedy
 
 from localspec.core import costs as costs_module
-from localspec.core.controller import CostModel
-from localspec.core.costs import DraftCost, VerifyCurve
+from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
 from localspec.core.sampling import SamplingParams

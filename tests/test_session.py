@@ -1,8 +1,9 @@
 """Session behaviour on tiny real GGUFs: trimming long conversations, cancellation, prefix reuse."""
 
 import pytest
+from fakes import fixed_k
 
-from localspec.core.controller import CostModel
+from localspec.core.costs import CostModel
 from localspec.core.sampling import SamplingParams
 from localspec.session import ContextOverflow, LoadOptions, PairSpec, Session
 
@@ -126,7 +127,7 @@ class TestModes:
         try:
             bench.register_modes(s, ["fixed-k2-p0", "fixed-k4-p0", "draft:match"])
             k2, k4 = s.drafting("fixed-k2-p0").controller, s.drafting("fixed-k4-p0").controller
-            assert (k2.fixed_k, k4.fixed_k) == (2, 4)
+            assert (fixed_k(k2), fixed_k(k4)) == (2, 4)
             assert s.drafting("draft:match").controller is not s.drafting("draft").controller
             assert s.drafting("draft", n_max=4).controller is not s.drafting("draft").controller
             assert s.drafting("draft").controller is s.engine("draft").controller  # kept across replies
@@ -191,16 +192,40 @@ class TestSeededReplies:
             s._costs_at_load = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)
             (first, *others), drafted = self.replies(s, monkeypatch)
             assert all(o == first for o in others) and len(first) == 24
-            assert s.engine(repeatable=True).controller.fixed_k == 4 and drafted > 0
+            assert fixed_k(s.engine(repeatable=True).controller) == 4 and drafted > 0
+        finally:
+            s.close()
+
+    def test_no_adapt_drafts_the_users_length_with_a_seed_too(self, tiny_pair):
+        # a compute-bound curve at load: the seeded form of auto mode would draft nothing, but
+        # --no-adapt is the user's k
+        s = load(tiny_pair, max_k=3, adaptive=False)
+        try:
+            s._costs_at_load = CostModel({n: float(n) for n in range(1, 9)}, t_draft=0.5)
+            assert fixed_k(s.engine(repeatable=True).controller) == 3
+            steps = list(s.chat(self.MSGS, self.SAMPLED, 24))
+            assert all(len(x.drafted) == 3 for x in steps[:10]) and s.drafting_state().line.startswith("on: k=3")
+        finally:
+            s.close()
+
+    def test_the_drafting_line_of_a_seeded_reply_says_what_it_drafts(self, tiny_pair):
+        s = load(tiny_pair, max_k=4)
+        try:
+            s._costs_at_load = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)
+            state = s.drafting_state(params=self.SAMPLED)
+            assert state.line == "on: k=4 every step (fixed for a seeded reply, as the costs measured at load chose)"
+            assert not s.drafting_state(params=GREEDY).line.endswith(
+                "seeded reply, as the costs measured at load chose)"
+            )
         finally:
             s.close()
 
     def test_repeatable_draft_length_is_the_choice_of_the_costs_measured_at_load(self, tiny_pair):
         s = load(tiny_pair, max_k=4)
         try:
-            at_load = s.engine(repeatable=True).controller.fixed_k
+            at_load = fixed_k(s.engine(repeatable=True).controller)
             for _ in range(3):  # replies move the live costs; the seeded choice stays put
                 list(s.chat(self.MSGS, GREEDY, 12))
-            assert s.engine(repeatable=True).controller.fixed_k == at_load
+            assert fixed_k(s.engine(repeatable=True).controller) == at_load
         finally:
             s.close()

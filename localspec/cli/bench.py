@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..core import options
-from ..core.options import ReplyOptions, SamplingParams
+from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
 from ..session import ContextOverflow
 from . import flags
 from .progress import StepProgress
@@ -18,7 +18,11 @@ from .run import add_model_options, load_session
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure speed-ups side by side on a prompt suite")
     add_model_options(p, exclusive=False)
-    p.add_argument("--suite", default="default", help="'default' or a JSON suite file")
+    p.add_argument(
+        "--suite",
+        default="default",
+        help="'default', 'heldout' (prompts nothing is tuned on, to check a claim) or a JSON suite file",
+    )
     # the bench's own use of two options: a list of temperatures, and the suite's reply length
     flags.add_flag(
         p,
@@ -28,7 +32,9 @@ def register(sub) -> None:
         default=None,
         help="temperature(s); repeat the flag (default 0)",
     )
-    p.add_argument("--repeats", type=int, default=1, help="interleaved repeats per prompt and mode")
+    p.add_argument(
+        "--repeats", type=int, default=None, help="interleaved repeats per prompt and mode (default 1; 5 with --cold)"
+    )
     flags.add_flag(p, ReplyOptions, "max_tokens", default=None, help="override the suite's reply length")
     p.add_argument("--prompts", default=None, help="comma-separated prompt ids to run")
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
@@ -58,6 +64,16 @@ def register(sub) -> None:
         help="also run the target alone a second time ('control'), interleaved like every mode: "
         "its speed-up against the first is this run's noise",
     )
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="run every reply as a fresh `localspec run --json` process (load, calibration and drafting "
+        "controller from scratch, no warm-up), in three configurations interleaved: auto (run's default "
+        "drafting with --draft), fixed k=4 (--no-adapt --draft-max 4 --p-min 0) and the target alone "
+        "(--no-draft); reports tok/s, ratios, drafted tokens and auto's collapses per prompt (needs --draft). "
+        "The processes inherit this environment, so they use the same data dir and profiles.json as your "
+        "own runs",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.set_defaults(func=cmd_bench)
@@ -67,7 +83,7 @@ def check_bench_flags(args) -> str | None:
     """The bench's own flags, in options' words (the model flags are checked by load_session)."""
     problems = [options.check("temperature", t) for t in args.temperature or []]
     problems.append(options.check("max_tokens", args.max_tokens) if args.max_tokens is not None else None)
-    if args.repeats < 1:
+    if args.repeats is not None and args.repeats < 1:
         problems.append(f"--repeats must be at least 1 (got {args.repeats})")
     return next((f"error: {p}" for p in problems if p), None)
 
@@ -95,6 +111,9 @@ def cmd_bench(args) -> int:
             return 2
     if args.max_tokens:
         suite = {**suite, "max_tokens": args.max_tokens}
+    if args.cold:
+        return cmd_cold(args, suite)
+    repeats = args.repeats or 1
     modes = ["none"] + (["draft"] if args.draft else []) + (["lookup"] if args.lookup else [])
     bad = [o for o in args.oracle if not re.fullmatch(r"(100|[1-9]?[0-9])(/([1-9]|[1-5][0-9]|6[0-3]))?", o)]
     if bad:
@@ -118,7 +137,7 @@ def cmd_bench(args) -> int:
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args)
     try:
-        rep = bench.run_bench(session, suite, modes, args.temperature or [0.0], args.repeats, progress=StepProgress())
+        rep = bench.run_bench(session, suite, modes, args.temperature or [0.0], repeats, progress=StepProgress())
     except ContextOverflow as e:
         print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
         return 4
@@ -132,3 +151,52 @@ def cmd_bench(args) -> int:
     if args.markdown:
         args.markdown.write_text(md)
     return 0
+
+
+# what --cold cannot combine with: it runs its own three configurations, each in its own process
+COLD_EXCLUDES = ("lookup", "sweep", "control", "oracle", "compare_rules")
+
+
+def cmd_cold(args, suite: dict) -> int:
+    from .. import bench
+
+    clash = next((name for name in COLD_EXCLUDES if getattr(args, name)), None)
+    if clash or not args.draft:
+        why = f"not with --{clash.replace('_', '-')}" if clash else "give --draft"
+        print(f"error: --cold runs auto, fixed k=4 and the target alone: {why}", file=sys.stderr)
+        return 2
+    repeats = args.repeats or bench.COLD_REPEATS
+    base = cold_base(args, suite.get("max_tokens", bench.SUITE_MAX_TOKENS))
+    configs = bench.cold_configs(str(args.draft), given_flags(args, DraftOptions))
+    try:
+        runs = bench.run_cold(suite, base, configs, args.temperature or [0.0], repeats, progress=StepProgress())
+    except bench.ColdRunFailed as e:
+        print(f"\nerror: {e}", file=sys.stderr)
+        return 1
+    rep = bench.cold_report(runs, suite, base, configs, repeats)
+    if args.json:  # first: the measurements survive whatever happens below
+        args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
+    md = bench.cold_markdown(rep)
+    print(md)
+    if args.markdown:
+        args.markdown.write_text(md)
+    return 0
+
+
+def cold_base(args, max_tokens: int) -> list[str]:
+    """``localspec run --json`` on the bench's target with the bench's model options, in this
+    Python (so the same install runs), and the suite's reply length."""
+    argv = [sys.executable, "-m", "localspec", "run", "--json", "--target", str(args.target)]
+    return [*argv, *given_flags(args, ModelOptions), "--max-tokens", str(max_tokens)]
+
+
+def given_flags(args, group) -> list[str]:
+    """The flags of ``group`` whose parsed value is not the field's default, as they would be
+    typed: a run given no flag gets the same default itself."""
+    out: list[str] = []
+    for name, flag in flags.flagged(group).items():
+        value, default = getattr(args, name, None), group.model_fields[name].default
+        if value is None or value == default:
+            continue
+        out += [flag.name] if isinstance(value, bool) else [flag.name, str(value)]
+    return out

@@ -40,6 +40,10 @@ FINISH_NOTES = {
 LOAD_GROUPS = (ModelOptions, DraftOptions)
 REPLY_GROUPS = (SamplingParams, ReplyOptions)
 RUN_MAX_TOKENS = 512  # a headless reply stops sooner than the app's (ReplyOptions: 1024)
+# Tuning choice: a quantized target's batched and single-token CPU kernels were measured to part
+# at top-2 gaps of 0.005-0.14 logits (docs/benchmarks.md); past twice that, numerics are an
+# unlikely cause of a divergence
+NEAR_TIE = 0.3
 
 
 def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True, target_required: bool = True) -> None:
@@ -66,8 +70,17 @@ def register(sub) -> None:
     add_model_options(p)
     add_sampling_options(p)
     p.add_argument("--system", default=None, help="system prompt")
-    p.add_argument("--raw", action="store_true", help="no chat template: the prompt is the text")
+    p.add_argument(
+        "--raw",
+        action="store_true",
+        help="no chat template: the prompt is the text, and special tokens in it (<|im_end|>) are parsed",
+    )
     p.add_argument("--json", action="store_true", help="print reply and statistics as one JSON object")
+    p.add_argument(
+        "--check-identity",
+        action="store_true",
+        help="greedy only: run the target alone on the same prompt too and report where the replies part",
+    )
     p.set_defaults(func=cmd_run)
 
 
@@ -173,23 +186,31 @@ def cmd_run(args) -> int:
     problem = flags.check(args, *LOAD_GROUPS, *REPLY_GROUPS)
     if problem:
         return _fail(problem, 2)
+    params = sampling_from(args)
+    if args.check_identity and not params.greedy:
+        return _fail("error: --check-identity compares greedy replies: use --temp 0 (the default)", 2)
     prompt = read_prompt(args.prompt)
     if not prompt.strip():
         return _fail("error: the prompt is empty: give the message as an argument, or '-' and pipe it in", 2)
-    params = sampling_from(args)
     messages = ([{"role": "system", "content": args.system}] if args.system else []) + [
         {"role": "user", "content": prompt}
     ]
     session = load_session(args, messages)
     stats = RunStats()
     parts: list[str] = []
+    tokens: list[int] = []
+    identity = None
     try:
         for step in session.chat(messages, params, args.max_tokens, raw=args.raw):
             stats.add(step)
             parts.append(step.text)
+            tokens.extend(step.emitted)
             if not args.json and step.text:
                 sys.stdout.write(step.text)
                 sys.stdout.flush()
+        drafting = session.drafting_state(params=params)  # the reply's, before the check's own run
+        if args.check_identity:
+            identity = check_identity(session, messages, params, args, tokens)
     except ContextOverflow:
         return _fail(prompt_too_long(session.target, messages, args), 2)
     except _template_error() as e:
@@ -199,7 +220,6 @@ def cmd_run(args) -> int:
     finally:
         session.close()
     mode = session.mode
-    drafting = session.drafting_state()
     if args.json:
         plan = session.offload
         out = {
@@ -213,15 +233,44 @@ def cmd_run(args) -> int:
             "draft": str(args.draft) if args.draft else None,
             "offload": plan.as_dict() if plan else None,
         }
+        if identity is not None:
+            out["identity"] = identity
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
         print(stats_line(stats, mode, session.offload), file=sys.stderr)
         print(f"drafting {drafting.line}", file=sys.stderr)
+        if identity is not None:
+            print(identity_line(identity), file=sys.stderr)
     note = FINISH_NOTES.get(stats.finish or "")
     if note:
         print(note, file=sys.stderr)
     return 0
+
+
+def check_identity(session: Session, messages: list[dict], params, args, tokens: list[int]) -> dict:
+    """The target alone's greedy reply to the same prompt, from empty caches as the reply
+    was, and where ``tokens`` part from it (``Session.divergence``)."""
+    session.reset()
+    ref = [
+        t for step in session.chat(messages, params, args.max_tokens, mode="none", raw=args.raw) for t in step.emitted
+    ]
+    where = session.divergence(messages, ref, tokens, args.raw)
+    return {"identical": where is None, "n_tokens": len(ref), "first_divergence": where}
+
+
+def identity_line(identity: dict) -> str:
+    if identity["identical"]:
+        return f"identity: the same {identity['n_tokens']} tokens as the target alone"
+    where = identity["first_divergence"]
+    gap = where["gap"]
+    why = (
+        f"the target alone's top-2 logit gap there is {gap:.3f}"
+        + (" (a near-tie: batched kernels' numerics)" if gap < NEAR_TIE else " (not a near-tie: please report it)")
+        if gap is not None
+        else "one reply is a prefix of the other"
+    )
+    return f"identity: parts from the target alone at token {where['index']}; {why}"
 
 
 def stats_line(s: RunStats, mode: str, offload: OffloadPlan | None = None) -> str:

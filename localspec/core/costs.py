@@ -16,7 +16,7 @@ from here, so an estimate that is wrong is wrong everywhere: it has to be robust
 - **Sizes never measured** are linear between measured ones and follow the last measured
   slope beyond them.
 - **Old or thin estimates are known to be so** (``uncertain``): the controller tries such a
-  size now and then when it could win (see ``DraftController``), so an estimate that is wrong
+  size now and then when it could win (see ``budget.Explorer``), so an estimate that is wrong
   gets corrected by a measurement within a bounded number of steps.
 - **The machine's speed is followed as a whole** (``VerifyCurve.level``): when most recent
   verifies ran slower (or faster) than their sizes did at load, the whole curve moves, so a
@@ -59,6 +59,7 @@ DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass cat
 # tokens are timed as reading, per token; shorter ones are ordinary draft passes.
 READ_MIN = 8
 READ_PRIOR = 0.25  # before any read is timed: a token read costs a quarter of a draft pass
+CONFIDENCE_DECAY = 0.95  # the confidence calibration fades like the acceptance counts (controller.DECAY)
 
 clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
 
@@ -209,6 +210,7 @@ class DraftCost:
 
     def __init__(self, seconds: float = 0.0) -> None:
         self._samples: deque[float] = deque(maxlen=DRAFT_WINDOW)
+        self._own = 0  # samples measured here (the newest), as against seeded ones
         self._value = 0.0
         self._read: deque[float] = deque(maxlen=DRAFT_WINDOW)
         if seconds > 0:
@@ -218,11 +220,29 @@ class DraftCost:
     def seconds(self) -> float:
         return self._value
 
+    @property
+    def n_samples(self) -> int:
+        return len(self._samples)
+
+    @property
+    def own_seconds(self) -> float:
+        """The median of this load's own samples, without the seeded ones."""
+        own = list(self._samples)[len(self._samples) - min(self._own, len(self._samples)) :]
+        return median(own) if own else self._value
+
     def observe(self, n_evals: int, seconds: float) -> None:
         if n_evals <= 0 or not seconds > 0:
             return
         self._samples.append(seconds / n_evals)
+        self._own += 1
         self._value = median(self._samples)
+
+    def seed(self, seconds: float) -> None:
+        """A pass an earlier load measured: in the median until this load's own samples push it
+        out of the window, never in ``own_seconds``."""
+        if seconds > 0 and len(self._samples) < DRAFT_WINDOW:
+            self._samples.appendleft(seconds)
+            self._value = median(self._samples)
 
     def observe_read(self, n_tokens: int, seconds: float) -> None:
         """A pass that read ``n_tokens`` >= READ_MIN tokens at once took ``seconds``."""
@@ -237,9 +257,86 @@ class DraftCost:
     def copy(self) -> DraftCost:
         other = DraftCost()
         other._samples = deque(self._samples, maxlen=DRAFT_WINDOW)
+        other._own = self._own
         other._value = self._value
         other._read = deque(self._read, maxlen=DRAFT_WINDOW)
         return other
+
+
+class CostModel:
+    """What drafting costs here: the target's verify curve T(n) (shared by every mode of one
+    target), the draft's seconds per pass, and how well the draft's confidence predicts
+    acceptance."""
+
+    def __init__(
+        self, verify: Mapping[int, float] | VerifyCurve | None = None, t_draft: float | DraftCost = 0.0
+    ) -> None:
+        self.verify = verify if isinstance(verify, VerifyCurve) else VerifyCurve(verify)
+        self.draft = t_draft if isinstance(t_draft, DraftCost) else DraftCost(t_draft)
+        # The draft's confidence c is a biased guess of acceptance: measured rejections divided
+        # by the rejections (sum of 1 - c) its confidences predicted, over the tokens tested.
+        self.rejected = 1.0
+        self.predicted_rejected = 1.0
+
+    @property
+    def t_draft(self) -> float:
+        return self.draft.seconds
+
+    def T(self, n: int) -> float:
+        return self.verify.T(n)
+
+    def curve(self, n_max: int) -> np.ndarray:
+        return self.verify.curve(n_max)
+
+    def observe_verify(self, n: int, seconds: float) -> None:
+        self.verify.observe(n, seconds)
+
+    def observe_draft(self, n_evals: int, seconds: float) -> None:
+        self.draft.observe(n_evals, seconds)
+
+    @property
+    def rejection_scale(self) -> float:
+        return self.rejected / max(self.predicted_rejected, 1e-9)
+
+    def observe_confidence(self, confidence: Sequence[float], n_accepted: int) -> None:
+        """Tokens x_1..x_{n_accepted+1} were tested (the rest were never looked at)."""
+        tested = confidence[: n_accepted + 1]
+        self.predicted_rejected = CONFIDENCE_DECAY * self.predicted_rejected + sum(1.0 - c for c in tested)
+        self.rejected = CONFIDENCE_DECAY * self.rejected + (1.0 if n_accepted < len(confidence) else 0.0)
+
+    def acceptance(self, c: float) -> float:
+        """Calibrated chance that a draft token of confidence c is accepted."""
+        return min(max(1.0 - (1.0 - c) * self.rejection_scale, 0.0), 1.0)
+
+
+def expected_tokens(alpha: float, k):
+    """E(k) = (1 - alpha^(k+1)) / (1 - alpha): the tokens a step of k drafts yields on average
+    at per-token acceptance ``alpha`` (the target always adds one); k an int or an array."""
+    if alpha >= 1.0:
+        return k + 1.0
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def speeds(
+    costs: CostModel, alpha: float, n_max: int, t_draft: float | None = None, verify_scale: float = 1.0
+) -> np.ndarray:
+    """Expected tokens per second of a step that drafts k = 0..n_max tokens (Leviathan et al.
+    2023, section 3, with measured costs in place of constants):
+
+        E(k) / (k * t_draft + T(k + 1))
+
+    where T(n) is the measured time of a target evaluation of n tokens (the pending token and
+    k drafts). k = 0 is the target alone. ``t_draft``: another price of a drafted token (0 for a
+    copy); ``verify_scale``: T taken that much lower or higher (what if it were cheaper?). The
+    one place this is computed: the controller, the rules, the bench and the profiles call it."""
+    ks = np.arange(n_max + 1)
+    per_token = costs.t_draft if t_draft is None else t_draft
+    return expected_tokens(alpha, ks) / (ks * per_token + verify_scale * costs.curve(n_max + 1)[1:])
+
+
+def step_seconds(costs: CostModel, k: int) -> float:
+    """The modelled time of a step that drafts k tokens: k draft passes and a verify of k + 1."""
+    return k * costs.t_draft + costs.T(k + 1)
 
 
 # --- calibration ---------------------------------------------------------------------------

@@ -24,9 +24,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from . import costs as _costs
-from .controller import CostModel, LookupGate, MarginalRule
+from .costs import CostModel
 from .options import DEFAULT_P_MIN  # a tuning choice, explained there
 from .protocol import CachedModel, common_prefix
+from .rules import LookupGate, MarginalRule
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 
 
@@ -50,12 +51,14 @@ class Drafter(Protocol):
     ) -> Draft:
         """Up to ``k`` tokens after ``context`` (a free copy may run longer: see Draft);
         ``reach`` > k: a draft model may go on to ``reach`` tokens while it is sure of every
-        one (controller.MarginalRule)."""
+        one (rules.MarginalRule)."""
         ...
 
     def prefill(self, context: Sequence[int]) -> None: ...
 
     def behind(self, context: Sequence[int]) -> int: ...
+
+    def time_pass(self, context: Sequence[int]) -> float | None: ...
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None: ...
 
@@ -77,6 +80,10 @@ class DrafterBase(Drafter):
         """Tokens of ``context`` the drafter must read before it can draft (a draft model's
         catch-up; nothing for drafters without a model)."""
         return 0
+
+    def time_pass(self, context: Sequence[int]) -> float | None:
+        """Seconds of one draft pass, timed now (None: the drafter has no model to time)."""
+        return None
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
         """The verify's verdict on the last draft: ``kept`` is what the step added to the
@@ -123,6 +130,19 @@ class ModelDrafter(DrafterBase):
         self.lookup: PromptLookupDrafter | None = None  # see with_lookup
         self._from_lookup = False  # this step's draft is a copy
         self._looked = False  # this step looked for a match (k > 0)
+
+    def time_pass(self, context: Sequence[int]) -> float | None:
+        """One pass of the context's last token, timed where the draft model's cache ends (it
+        is left as it was): a fresh sample for a controller whose verdict of "never here"
+        rests on the draft pass (``recheck_draft``)."""
+        n = len(self.model.cached)
+        if not context or n >= self.model.n_ctx:
+            return None
+        t0 = _costs.clock()
+        self.model.evaluate(context[-1:], 1)
+        seconds = _costs.clock() - t0
+        self.model.truncate(n)
+        return seconds
 
     def with_lookup(self, lookup: PromptLookupDrafter, max_copy: int = 16) -> ModelDrafter:
         """Take a prompt-lookup match first when its gate trusts it: on edits and quotes the

@@ -22,7 +22,8 @@ from typing import cast
 import numpy as np
 
 from . import costs as _costs
-from .controller import CostModel, DraftController
+from .controller import AdaptiveController, Controller, FixedController
+from .costs import CostModel
 from .drafters import Draft, Drafter, NoDrafter
 from .protocol import CachedModel
 from .sampling import (
@@ -65,14 +66,14 @@ class SpeculativeEngine:
         self,
         target: CachedModel,
         drafter: Drafter | None = None,
-        controller: DraftController | None = None,
+        controller: Controller | None = None,
     ) -> None:
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
         if controller is None:
-            fixed = 0 if isinstance(self.drafter, NoDrafter) else None
-            controller = DraftController(CostModel(), fixed_k=fixed)
-        self.controller = controller
+            no_draft = isinstance(self.drafter, NoDrafter)
+            controller = FixedController(CostModel(), 0) if no_draft else AdaptiveController(CostModel())
+        self.controller: Controller = controller
 
     def generate(
         self,
@@ -89,7 +90,9 @@ class SpeculativeEngine:
         t0 = _costs.clock()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
         self.controller.begin_reply()
-        if self.controller.best().k > 0 or self.controller.first_try_due():
+        if self.controller.recheck_draft():  # a verdict of "never here" that rests on the draft pass
+            self.controller.costs.observe_draft(1, self.drafter.time_pass(context) or 0.0)
+        if self.controller.wants_prefill():
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
         prefill = _costs.clock() - t0
         n_out = 0
@@ -182,7 +185,7 @@ class SpeculativeEngine:
             costs.observe_draft(draft.n_evals, t_draft)
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
-        if not draft.copied:  # copies are the drafter's own business (controller.LookupGate)
+        if not draft.copied:  # copies are the drafter's own business (rules.LookupGate)
             self.controller.observe(len(drafted), verdict.n_accepted)
         self.drafter.observe(len(drafted), verdict.n_accepted, (*drafted[: verdict.n_accepted], verdict.token))
 
@@ -228,7 +231,7 @@ class _History:
 
 def _padding(context: list[int], drafted: Sequence[int], measure: int, room: int) -> list[int]:
     """Tokens that fill a verify of [pending, drafted] up to ``measure`` tokens (the
-    controller measuring a size, see DraftController._explore): earlier context tokens, so
+    controller measuring a size, see budget.Explorer): earlier context tokens, so
     the batch looks like any other. Causal attention keeps them from touching the rows that
     are read; the rollback after the verify drops them."""
     n = min(measure - 1 - len(drafted), room - len(drafted))

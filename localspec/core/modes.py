@@ -16,16 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
-from .controller import CostModel, DraftController, LookupGate
-from .costs import DraftCost
+from .controller import AdaptiveController, Controller, FixedController
+from .costs import CostModel, DraftCost
 from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
 from .options import DEFAULT_P_MIN
 from .protocol import CachedModel
+from .rules import LookupGate
 
-# Tuning choice: beside a draft model, copies start distrusted (alpha 0.5 < the 0.75 a copy
-# needs) and earn trust from being scored against what the model's steps kept, for free. With
-# the controller's 3:1 prior, long early copies on an edit prompt were rejected, which dragged
-# the draft model's own acceptance and measured speed down until drafting switched off.
+# Tuning choice: beside a draft model, copies start distrusted (alpha 0.5, below what a copy
+# needs) and earn trust from being scored against what the model's steps kept, for free: a
+# trusting start copies long stretches early that get rejected, and drags the draft model's
+# own acceptance and measured speed down with them.
 COPY_PRIOR = (1.0, 1.0)
 
 
@@ -40,6 +41,7 @@ class ModeContext:
     adaptive: bool = True  # False: every step drafts max_k tokens (--no-adapt)
     copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
     banned: frozenset[int] = frozenset()  # ids the draft must never propose (compat)
+    prior: tuple[float, float] | None = None  # the acceptance prior (alpha, weight): the pair's profile
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Drafting:
     """A mode's state in a session: its controller, and a new drafter for each reply (which
     may share what the mode learns across replies, such as a lookup gate)."""
 
-    controller: DraftController
+    controller: Controller
     new_drafter: Callable[[Reply], Drafter]
 
 
@@ -98,16 +100,16 @@ class ModeRegistry:
 
 def controller_for(
     ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None, gated: bool = False, reach: bool = False
-) -> DraftController:
+) -> Controller:
     """A controller on the pair's verify curve (one target, so one table of verify times shared
     by every mode); a draft token costs the draft model's pass, or nothing (prompt lookup,
     whose gate decides each proposal: ``gated``; a draft model's marginal rule may run a
     draft it is sure of past k: ``reach``). Without adaptation every step drafts ``max_k``
     tokens unless ``fixed_k`` says otherwise."""
     costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
-    if fixed_k is None and not ctx.adaptive:
-        fixed_k = ctx.max_k
-    return DraftController(costs, ctx.max_k, fixed_k, gated=gated and ctx.adaptive, reach=reach and ctx.adaptive)
+    if fixed_k is not None or not ctx.adaptive:
+        return FixedController(costs, ctx.max_k if fixed_k is None else fixed_k)
+    return AdaptiveController(costs, ctx.max_k, gated=gated, reach=reach, prior=ctx.prior)
 
 
 def target_alone(ctx: ModeContext) -> Drafting:
@@ -154,9 +156,15 @@ def repeatable(mode: DraftingMode, ctx: ModeContext, at_load: CostModel) -> Draf
 
     The speculative rule's random draws depend on how many tokens each step drafts, so a draft
     length picked from this moment's measured speed would make the same seed give another reply.
-    Here k is what the costs measured at load choose at the prior acceptance, fixed for every
-    reply; no marginal rule, no copies, no exploration. The reply's distribution is the same
-    either way; only the adaptation is given up. (Greedy replies never need this: they are the
-    target's own, token for token.)"""
-    k = mode.build(replace(ctx, costs=at_load)).controller.modelled_k()
-    return mode.build(replace(ctx, max_k=k, adaptive=False, copy=False))
+    Here k is fixed for every reply: the user's (``--no-adapt``), else what the costs measured
+    at load choose at the prior acceptance; no marginal rule, no copies, no exploration. The
+    reply's distribution is the same either way; only the adaptation is given up. (Greedy
+    replies never need this: they are the target's own, token for token.)"""
+    if not ctx.adaptive:  # the user's fixed length already repeats
+        return mode.build(replace(ctx, copy=False))
+    controller = mode.build(replace(ctx, costs=at_load)).controller
+    k = controller.model_k() if isinstance(controller, AdaptiveController) else controller.max_k
+    drafting = mode.build(replace(ctx, max_k=k, adaptive=False, copy=False))
+    if isinstance(drafting.controller, FixedController):
+        drafting.controller.reason = "fixed for a seeded reply, as the costs measured at load chose"
+    return drafting

@@ -1,0 +1,128 @@
+"""Why drafting is on or off right now, in numbers and plain words: the statistics panel,
+``localspec run`` and the server show it. It reads the controller; it decides nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .controller import OPTIMISTIC_ALPHA, PROBE_K, UNMEASURED_K, AdaptiveController, Controller, FixedController
+
+
+@dataclass(frozen=True)
+class DraftingState:
+    on: bool
+    k: int  # the draft length the controller would ask for now (0: off)
+    why: str  # a few words, with the measured numbers
+    next_try_in: int | None = None  # off: steps until drafting is tried again (None: not tried)
+    draft_cost: float | None = None  # a draft pass, in target passes T(1)
+    verify_cost: float | None = None  # checking k + 1 tokens (2 when off), in target passes
+    expected_speedup: float | None = None  # the model's speed-up at its best k
+
+    @property
+    def line(self) -> str:
+        then = ""
+        if not self.on and self.next_try_in is not None:
+            then = f"; tries again in {self.next_try_in} steps"
+        elif not self.on and self.next_try_in is None and self.draft_cost is not None:
+            then = "; not tried again on this hardware"
+        return f"{'on' if self.on else 'off'}: {self.why}{then}"
+
+    def as_dict(self) -> dict:
+        return {
+            "on": self.on,
+            "k": self.k,
+            "why": self.why,
+            "line": self.line,
+            "next_try_in": self.next_try_in,
+            "draft_cost": self.draft_cost,
+            "verify_cost": self.verify_cost,
+            "expected_speedup": self.expected_speedup,
+        }
+
+
+def explain(ctl: Controller) -> DraftingState:
+    """The controller's state in words: what a step does now, and the measurement behind it."""
+    if isinstance(ctl, FixedController):
+        if ctl.k == 0:
+            return DraftingState(False, 0, "the target alone (no draft mode chosen)")
+        return DraftingState(True, ctl.k, f"k={ctl.k} every step ({ctl.reason})")
+    assert isinstance(ctl, AdaptiveController)
+    if not ctl.costs.verify:
+        k = min(UNMEASURED_K, ctl.max_k)
+        return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
+    if not ctl.hardware_allows():
+        return _off_here(ctl)
+    if ctl.trying:
+        off = _guard(ctl) if ctl.model_k() > 0 else _off(ctl)
+        return DraftingState(True, PROBE_K, f"trying k={PROBE_K} for a few steps, as {off.why}", None, off.draft_cost)
+    if ctl.on():
+        return _gated(ctl) if ctl.gated else _on(ctl, ctl.best_k())
+    if ctl.model_k() > 0:
+        return _guard(ctl)
+    return _off(ctl)
+
+
+def _units(ctl: AdaptiveController) -> tuple[float, float, float]:
+    """T(1) in seconds, a draft pass and checking 2 tokens in target passes."""
+    t1 = ctl.costs.T(1)
+    return t1, ctl.costs.t_draft / t1, ctl.costs.T(2) / t1
+
+
+def _on(ctl: AdaptiveController, k: int) -> DraftingState:
+    t1, draft_cost, _ = _units(ctl)
+    rates = ctl.speeds()
+    speedup = float(rates[k] / rates[0])
+    again = "a try found drafting pays again; " if ctl.resumed else ""
+    cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if ctl.costs.t_draft else ""
+    reach = f"; up to {ctl.max_k} while the draft is sure of every token" if ctl.reach and ctl.max_k > k else ""
+    verify = ctl.costs.T(k + 1) / t1
+    why = (
+        f"{again}k={k}, expected {speedup:.2f}× ({cost}checking {k + 1} tokens costs {verify:.2f} passes, "
+        f"acceptance {ctl.alpha:.0%}){reach}"
+    )
+    return DraftingState(True, k, why, None, draft_cost, verify, speedup)
+
+
+def _gated(ctl: AdaptiveController) -> DraftingState:
+    """On, with the drafter's gate deciding each proposal (prompt lookup)."""
+    _, draft_cost, check2 = _units(ctl)
+    again = "a try found proposing pays again; " if ctl.resumed else ""
+    why = (
+        f"{again}up to {ctl.max_k} tokens, as much of each match as matches of its length have "
+        f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {ctl.alpha:.0%})"
+    )
+    return DraftingState(True, ctl.max_k, why, None, draft_cost, check2)
+
+
+def _guard(ctl: AdaptiveController) -> DraftingState:
+    """Off although the model likes drafting: the guard measured it slower."""
+    t1, draft_cost, check2 = _units(ctl)
+    base, realized = 1.0 / t1, ctl.guard.rate or 0.0
+    rates = ctl.speeds()
+    why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
+    why += f"({realized / base:.2f}×)"
+    return DraftingState(False, 0, why, ctl.next_try_in(), draft_cost, check2, float(rates.max() / rates[0]))
+
+
+def _costs_words(ctl: AdaptiveController) -> str:
+    _, draft_cost, check2 = _units(ctl)
+    draft = f"a draft token costs {draft_cost:.2f} of a target pass and " if ctl.costs.t_draft else ""
+    return f"{draft}checking 2 tokens costs {check2:.2f} passes"
+
+
+def _off_here(ctl: AdaptiveController) -> DraftingState:
+    """Off because even OPTIMISTIC_ALPHA could not pay on this hardware: never tried."""
+    _, draft_cost, check2 = _units(ctl)
+    rates = ctl.speeds(OPTIMISTIC_ALPHA)
+    best = float(rates[1:].max() / rates[0])
+    why = f"{_costs_words(ctl)}; drafting would run at about {best:.2f}× even at {OPTIMISTIC_ALPHA:.0%} acceptance"
+    return DraftingState(False, 0, why, None, draft_cost, check2, best)
+
+
+def _off(ctl: AdaptiveController) -> DraftingState:
+    """Off because at the learnt acceptance drafting does not pay (tried again now and then)."""
+    _, draft_cost, check2 = _units(ctl)
+    rates = ctl.speeds()
+    best = float(max(rates[1:].max(), 1e-12) / rates[0])
+    why = f"{_costs_words(ctl)}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best:.2f}×"
+    return DraftingState(False, 0, why, ctl.next_try_in(), draft_cost, check2, best)

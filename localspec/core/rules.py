@@ -1,0 +1,128 @@
+"""How far one draft should go: the marginal rule (a draft model's tokens, one at a time) and
+the lookup gate (how much of a prompt-lookup match to propose). The controller picks the
+step's k; these decide, token by token or match by match, what of it is worth proposing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .costs import CostModel, speeds
+
+# Tuning choices, each with its reason:
+# A draft may run past the controller's k (up to its reach) while every token's raw confidence
+# is at least this: Leviathan's k assumes every token is accepted at the mean rate, which a run
+# of near-certain tokens (code the draft has seen many times) beats. Replays of recorded
+# replies put 0.9-0.98 within noise of each other; 0.95 was the steadiest (docs/benchmarks.md).
+SURE = 0.95
+# A proposal must promise this much over proposing nothing: the cost model leaves out a step's
+# Python work and a copy's bookkeeping, a few per cent together.
+MIN_GAIN = 1.05
+# Prompt lookup: a match length not seen yet starts at alpha 0.5 with the weight of two
+# verdicts. Where a verify row costs more than about 0.43 of a pass (a compute-bound target)
+# that proposes nothing until a match of the length has earned it; where a row is nearly free
+# (a memory-bound target) it proposes from the first match.
+LOOKUP_PRIOR = (1.0, 1.0)
+DECAY = 0.95  # a length's verdicts fade, so text of a new kind shows within ~20 of them
+
+
+class MarginalRule:
+    """How far one draft should go: greedy maximisation of the step's expected tokens per
+    second (in the spirit of SpecDec++, arXiv 2405.19715, which stops on a predicted rejection).
+
+    A draft token of confidence c (the draft's probability for it, calibrated against the
+    measured rejections by ``CostModel.acceptance``) adds p_chain * c expected tokens, where
+    p_chain is the chance that every earlier draft token is accepted; it costs one more verify
+    row, T(n+2) - T(n+1), and going on costs a draft pass. Adding something raises the step's
+    rate E / time exactly when its own gain per second beats that rate. On a memory-bound
+    target a verify row is nearly free, so even an unsure first token is worth proposing; on a
+    compute-bound one only confident runs are.
+
+    The rule looks ahead: a verify curve has steps (a kernel's tile size), and the row at a step
+    alone never pays although the rows past it do, nearly free. So a token (or another pass) is
+    judged on the best of going on by 1..(longest - n) tokens, those still to come taken at the
+    last one's confidence. The longest is ``k``, or ``reach`` while the draft is SURE of every
+    token so far.
+    """
+
+    def __init__(self, costs: CostModel, k: int = 64, reach: int = 0) -> None:
+        self.costs = costs
+        self.k, self.reach = k, max(reach, k)
+        self.sure = True  # every token so far had raw confidence >= SURE
+        self.p_chain, self.expected, self.n, self.passes = 1.0, 1.0, 0, 1
+        self._curve = costs.curve(self.reach + 1)  # read once: the draft's tokens all use it
+
+    @property
+    def longest(self) -> int:
+        return self.reach if self.sure else self.k
+
+    def _pays(self, c: float, paid: bool) -> bool:
+        """Whether going on by j = 1..(longest - n) tokens of calibrated acceptance c beats
+        stopping here, for some j; ``paid``: the first of them is drafted already."""
+        n_more = self.longest - self.n
+        if n_more <= 0:
+            return False
+        js = np.arange(1, n_more + 1)
+        t_draft = self.costs.t_draft
+        expected = self.expected + np.cumsum(self.p_chain * c**js)
+        seconds = (self.passes + js - paid) * t_draft + self._curve[self.n + 2 : self.n + 2 + n_more]
+        rate = self.expected / (self.passes * t_draft + self._curve[self.n + 1])
+        return bool((expected / seconds).max() > rate)
+
+    def keep(self, c: float) -> bool:
+        """Propose a token of confidence c? (Its draft pass is already paid for.)"""
+        self.sure = self.sure and c >= SURE
+        a = self.costs.acceptance(c)
+        if not self._pays(a, paid=True):
+            return False
+        self.p_chain *= a
+        self.expected += self.p_chain
+        self.n += 1
+        return True
+
+    def another_pass(self, c_next: float) -> bool:
+        """Run the draft again, expecting the next token's confidence to be about c_next?"""
+        if not self._pays(self.costs.acceptance(c_next), paid=False):
+            return False
+        self.passes += 1
+        return True
+
+
+class LookupGate:
+    """How much of a prompt-lookup match to propose, from what matches of that length have
+    earned so far.
+
+    A 2-token match in prose ("of the") is mostly a coincidence and a 4-token one rarely is, so
+    one acceptance rate for every lookup draft either blocks the good matches or lets the bad
+    ones cost a verify row each. The gate keeps a geometric acceptance estimate per match
+    length and proposes the prefix j of the match that maximises E(j) / T(j+1) (a copy costs no
+    draft pass), nothing when that is not MIN_GAIN better than j = 0. Text changes, so a
+    blocked length must be able to win trust back: every match, proposed or not, is scored
+    against what the step kept (``observe`` with what the drafter compared), which costs
+    nothing.
+    """
+
+    def __init__(self, costs: CostModel, prior: tuple[float, float] = LOOKUP_PRIOR) -> None:
+        self.costs = costs
+        self.prior = prior  # [accepted, rejected] of a match length not seen yet
+        self.counts: dict[int, list[float]] = {}  # match length -> [accepted, rejected]
+
+    def alpha(self, n: int) -> float:
+        accepted, rejected = self.counts.get(n, self.prior)
+        return accepted / (accepted + rejected)
+
+    def length(self, n: int, available: int) -> int:
+        """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
+        if available <= 0 or not self.costs.verify:
+            return available
+        rates = speeds(self.costs, self.alpha(n), available, t_draft=0.0)
+        j = int(np.argmax(rates))
+        return j if rates[j] >= MIN_GAIN * rates[0] else 0
+
+    def observe(self, n: int, n_tested: int, n_accepted: int) -> None:
+        """A verdict on ``n_tested`` tokens of an ``n``-token match's continuation: the first
+        ``n_accepted`` agreed with the target (one failure if it stopped short)."""
+        if n_tested == 0:
+            return
+        accepted, rejected = self.counts.get(n, self.prior)
+        self.counts[n] = [DECAY * accepted + n_accepted, DECAY * rejected + (n_accepted < n_tested)]
