@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .core.controller import PRIOR_ALPHA, prior_from
 from .core.costs import CostModel, speeds
+from .core.estimates import PRIOR_ALPHA, prior_from
 from .lockedfile import locked, write_atomic
 
 PROFILES_FILE = "profiles.json"  # in the data dir

@@ -36,9 +36,9 @@ import numpy as np
 
 from localspec import bench
 from localspec.core import costs as costs_module
-from localspec.core.controller import prior_from
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.estimates import prior_from
 from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams

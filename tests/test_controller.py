@@ -8,24 +8,19 @@ import pytest
 from fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits, oracle_greedy
 
 from localspec.core import costs as costs_module
-from localspec.core.budget import EXPLORE_EVERY, EXPLORE_SHARE, Budget
+from localspec.core.budget import EXPLORE_EVERY, EXPLORE_SHARE
 from localspec.core.controller import (
     OPENING_STEPS,
-    PRIOR_ALPHA,
-    PRIOR_WEIGHT,
     PROBE_K,
     RECHECK_SAMPLES,
-    TRIAL_STEPS,
     TRY_SHARE,
-    Acceptance,
     AdaptiveController,
     FixedController,
-    Guard,
-    prior_from,
 )
-from localspec.core.costs import READ_MIN, CostModel, DraftCost, calibrate, expected_tokens, speeds, step_seconds
+from localspec.core.costs import READ_MIN, CostModel, calibrate, expected_tokens, speeds, step_seconds
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS
 from localspec.core.explain import explain
 from localspec.core.modes import Drafting, ModeContext, Reply, draft_model, prompt_lookup, target_alone
 from localspec.core.sampling import SamplingParams
@@ -101,28 +96,7 @@ class TestReach:
         assert len(draft.cached) <= len(PROMPT) + 40
 
 
-class TestAcceptance:
-    def test_one_rejected_draft_does_not_overturn_the_prior(self):
-        a = Acceptance()
-        a.observe(4, 0)
-        assert a.alpha == pytest.approx((0.95 * PRIOR_ALPHA * PRIOR_WEIGHT) / (0.95 * PRIOR_WEIGHT + 1))
-        assert a.alpha > 0.7  # at the weight of 4 verdicts it fell to 0.59
-        weak = Acceptance(PRIOR_ALPHA, 4.0)
-        weak.observe(4, 0)
-        assert weak.alpha < 0.6
-
-    def test_evidence_outweighs_the_prior_within_a_few_dozen_verdicts(self):
-        a = Acceptance()
-        for _ in range(40):
-            a.observe(4, 0)
-        assert a.alpha < 0.15
-
-    def test_a_profile_prior_is_shrunk_toward_the_default_while_it_holds_few_verdicts(self):
-        alpha, weight = prior_from(accepted=900, rejected=100)
-        assert alpha == pytest.approx((900 + PRIOR_ALPHA * PRIOR_WEIGHT) / (1000 + PRIOR_WEIGHT))
-        assert weight == PRIOR_WEIGHT and alpha > 0.88
-        assert prior_from(accepted=1, rejected=1)[0] == pytest.approx((1 + 12) / 18)  # two verdicts: near 0.75
-
+class TestPriors:
     def test_the_prior_sets_where_drafting_starts(self):
         # a verify row at 0.3 of a pass: drafting pays above about alpha 0.55
         costs = CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15)
@@ -131,28 +105,6 @@ class TestAcceptance:
 
 
 class TestAcrossReplies:
-    def test_each_reply_starts_from_the_pairs_long_run_acceptance(self):
-        a = Acceptance(0.8, PRIOR_WEIGHT)
-        for _ in range(30):
-            a.observe(4, 4)  # a reply of code the draft knows
-        for _ in range(40):
-            a.observe(4, 0)  # then a stretch of prose it does not
-        assert a.alpha < 0.5
-        a.begin_reply()  # the next reply is new text: the whole run so far, not its tail
-        long_run = (0.8 * PRIOR_WEIGHT + 120) / (PRIOR_WEIGHT + 120 + 40)
-        assert a.alpha == pytest.approx(long_run) and a.accepted + a.rejected == pytest.approx(PRIOR_WEIGHT)
-
-    def test_a_no_the_costs_explain_is_forgotten_at_the_next_reply(self):
-        explained, unexplained = Guard(), Guard()
-        for _ in range(TRIAL_STEPS):
-            explained.observe(1, 1.5, modelled=1.45)  # slow because little was accepted
-            unexplained.observe(1, 1.5, modelled=1.0)  # slower than the costs said: the machine
-        for g in (explained, unexplained):
-            assert not g.pays(1.0)
-            g.begin_reply(1.0)
-        assert explained.pays(1.0) and not explained.judged
-        assert not unexplained.pays(1.0)
-
     def test_drafting_after_prose_comes_back_for_code(self):
         # a memory-bound target: prose measured slow, only because its drafts were rejected
         c = AdaptiveController(CostModel({n: t for n, t in CHEAP.items() for _ in range(3)}, 0.1), max_k=8)
@@ -205,18 +157,6 @@ class TestRecheck:
         assert not FixedController(CostModel(LINEAR, t_draft=5.0), 4).recheck_draft()
 
 
-class TestBudget:
-    def test_earns_its_share_spends_only_what_it_holds_and_is_capped(self):
-        b = Budget(0.05)
-        b.earn(10.0, cap=100.0)
-        assert b.credit == pytest.approx(0.5)
-        assert not b.spend(0.6) and b.credit == pytest.approx(0.5)
-        assert b.spend(0.4) and b.credit == pytest.approx(0.1)
-        for _ in range(1000):
-            b.earn(10.0, cap=2.0)
-        assert b.credit == 2.0
-
-
 class TestTries:
     def test_no_tries_when_even_perfect_drafts_cannot_pay(self):
         # verify cost grows 1:1 with n and drafting is not free: no acceptance can win
@@ -236,7 +176,7 @@ class TestTries:
         tries = [i for i in range(1, 2000) if ks[i] and not ks[i - 1]]
         assert len(tries) >= 3 and sum(k > 0 for k in ks) == TRIAL_STEPS * len(tries)
         earned = TRY_SHARE * (c.best_case() - 1.0) * c.costs.T(1) * 2000
-        assert len(tries) * c.try_price <= earned
+        assert len(tries) * c.tries.price <= earned
 
     @staticmethod
     def tries_after_a_slow_trial(verify, t_draft, measured) -> list[int]:
@@ -278,14 +218,6 @@ class TestMeasuredGuard:
             c.observe_rate(n_tokens=1, seconds=1.5)  # ...but each drafting step made 0.67 tok/s < 1
         assert c.choose().k == 0
 
-    def test_a_trial_is_judged_on_all_its_steps_not_on_an_unlucky_first_one(self):
-        # a first draft rejected (1 token in 2 passes), then 4 tokens in 1.7 passes a step
-        g = Guard()
-        g.observe(1, 2.0)
-        for _ in range(TRIAL_STEPS - 1):
-            g.observe(4, 1.7)
-        assert g.judged and g.pays(1.0) and g.rate == pytest.approx((1 + 4 * (TRIAL_STEPS - 1)) / (2.0 + 1.7 * 3))
-
     def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
         c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
         for _ in range(TRIAL_STEPS):
@@ -297,45 +229,6 @@ class TestMeasuredGuard:
             if choice.k:
                 c.observe_rate(3, 1.0)  # this time drafting measures 3 tok/s
         assert ks[0] == 0 and ks[-1] > 0 and c.on() and c.resumed
-
-    @staticmethod
-    def paying(tokens: int, seconds: float) -> Guard:
-        """A guard past its trial, drafting at tokens/seconds (T(1) = 1 s)."""
-        g = Guard()
-        for _ in range(20):
-            g.observe(tokens, seconds)
-        assert g.pays(1.0) and g.rate == pytest.approx(tokens / seconds)
-        return g
-
-    def test_a_new_reply_is_judged_on_its_own_first_steps(self):
-        # replies of code drafted at 1.2x, then a prose reply's first two steps ran at 0.68x
-        # and 0.71x (1 token in 1.47 passes, 2 in 2.83)
-        carried = self.paying(3, 2.5)
-        carried.begin_reply(1.0)
-        carried.observe(1, 1.47)
-        carried.observe(2, 2.83)
-        assert not carried.pays(1.0)
-        old = self.paying(3, 2.5)  # ... which the last reply's rate, at full weight, outvoted
-        old.observe(1, 1.47)
-        old.observe(2, 2.83)
-        assert old.pays(1.0)
-
-    def test_where_drafting_pays_double_a_new_reply_keeps_it_through_a_few_slow_steps(self):
-        g = self.paying(4, 2.0)
-        g.begin_reply(1.0)
-        for _ in range(4):
-            g.observe(1, 1.67)  # 0.6x: a run of rejections
-            assert g.pays(1.0)
-        g.observe(1, 1.67)
-        assert not g.pays(1.0)  # the fifth in a row is a change, not bad luck
-
-    def test_a_new_reply_leaves_a_trial_under_way_alone(self):
-        g = Guard()
-        for _ in range(TRIAL_STEPS - 1):
-            g.observe(3, 1.0)
-        g.begin_reply(1.0)
-        g.observe(1, 2.0)
-        assert g.rate == pytest.approx((3 * (TRIAL_STEPS - 1) + 1) / (TRIAL_STEPS - 1 + 2.0)) and g.pays(1.0)
 
     def test_the_guard_switches_a_slow_drafter_off_in_the_engine(self, monkeypatch):
         # the model believes drafting is nearly free, but every draft token really costs 3
@@ -682,29 +575,6 @@ class TestGatedLookup:
         assert ks[0] == 0 and 16 in ks  # a new trial, once the budget affords it
 
 
-class TestDraftCost:
-    def test_seeded_passes_count_in_the_median_not_in_this_loads_own(self):
-        cost = DraftCost()
-        for seconds in (2.6, 2.7, 2.8):  # this load: beside a build
-            cost.observe(1, seconds)
-        for seconds in (0.02, 0.021, 0.019, 0.02, 0.022):  # the profile's last loads
-            cost.seed(seconds)
-        assert cost.seconds == pytest.approx(0.0215) and cost.own_seconds == pytest.approx(2.7)
-        for _ in range(15):  # this load's own passes push the seeds out of the window
-            cost.observe(1, 0.03)
-        assert cost.seconds == pytest.approx(0.03) and cost.own_seconds == pytest.approx(0.03)
-
-    def test_reading_is_per_token_and_ignores_short_passes(self):
-        cost = DraftCost(0.04)
-        assert cost.read(10) == pytest.approx(10 * 0.25 * 0.04)  # the prior: a quarter of a pass
-        cost.observe_read(READ_MIN - 1, 1.0)  # an ordinary pass that read a few accepted tokens
-        cost.observe_read(50, 0.5)
-        cost.observe_read(20, 0.2)
-        cost.observe_read(40, 40.0)  # one outlier
-        assert cost.read(100) == pytest.approx(1.0)
-        assert cost.copy().read(100) == pytest.approx(1.0)
-
-
 class TestOracleAgreesWithEngine:
     def test_adaptive_text_is_the_target_s_own(self, monkeypatch):
         clock = VirtualClock()
@@ -756,7 +626,7 @@ class TestExplain:
         ctl = self.poor()
         assert ctl.choose().k == 0
         state = explain(ctl)
-        wait = math.ceil((ctl.try_price - ctl.tries.credit) / ctl.try_earning)
+        wait = math.ceil((ctl.tries.price - ctl.tries.budget.credit) / ctl.tries.earning)
         assert not state.on and "at the measured acceptance (" in state.line and wait > 1
         assert state.next_try_in == wait and f"tries again in {wait} steps" in state.line
         ks = [ctl.choose().k for _ in range(wait)]
@@ -766,7 +636,7 @@ class TestExplain:
         ctl = self.poor()
         ctl.costs.draft.observe_read(100, 2.0)  # reading costs 0.02 s a token: 500 tokens, 10 passes
         assert ctl.choose(lambda: 500).k == 0
-        assert ctl.try_price > 10.0  # the catch-up and the trial's loss
+        assert ctl.tries.price > 10.0  # the catch-up and the trial's loss
         wait = explain(ctl).next_try_in
         assert wait is not None and wait > 10 and f"tries again in {wait} steps" in explain(ctl).line
         ks = [ctl.choose(lambda: 500).k for _ in range(wait + 1)]

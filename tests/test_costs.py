@@ -10,6 +10,7 @@ from localspec.core import costs
 from localspec.core.costs import (
     LEVEL_WINDOW,
     MIN_SAMPLES,
+    READ_MIN,
     STALE_AFTER,
     WINDOW,
     DraftCost,
@@ -243,3 +244,26 @@ class TestCalibration:
         draft = TimedModel(hashed_logits(11, V), V, clock, lambda n, call: 0.002 * n)
         _, d = calibrate(target, sizes=(1, 2), draft=draft)
         assert d.seconds == pytest.approx(0.002)
+
+
+class TestDraftCostSeedsAndReads:
+    def test_seeded_passes_count_in_the_median_not_in_this_loads_own(self):
+        cost = DraftCost()
+        for seconds in (2.6, 2.7, 2.8):  # this load: beside a build
+            cost.observe(1, seconds)
+        for seconds in (0.02, 0.021, 0.019, 0.02, 0.022):  # the profile's last loads
+            cost.seed(seconds)
+        assert cost.seconds == pytest.approx(0.0215) and cost.own_seconds == pytest.approx(2.7)
+        for _ in range(15):  # this load's own passes push the seeds out of the window
+            cost.observe(1, 0.03)
+        assert cost.seconds == pytest.approx(0.03) and cost.own_seconds == pytest.approx(0.03)
+
+    def test_reading_is_per_token_and_ignores_short_passes(self):
+        cost = DraftCost(0.04)
+        assert cost.read(10) == pytest.approx(10 * 0.25 * 0.04)  # the prior: a quarter of a pass
+        cost.observe_read(READ_MIN - 1, 1.0)  # an ordinary pass that read a few accepted tokens
+        cost.observe_read(50, 0.5)
+        cost.observe_read(20, 0.2)
+        cost.observe_read(40, 40.0)  # one outlier
+        assert cost.read(100) == pytest.approx(1.0)
+        assert cost.copy().read(100) == pytest.approx(1.0)

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from localspec import lockedfile
-from localspec.core.controller import PRIOR_ALPHA, AdaptiveController, prior_from
+from localspec.core.controller import AdaptiveController
 from localspec.core.costs import CostModel
+from localspec.core.estimates import PRIOR_ALPHA, prior_from
 from localspec.core.sampling import SamplingParams
 from localspec.profiles import (
     ASSUMED_ALPHA,

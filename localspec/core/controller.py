@@ -5,10 +5,10 @@ On a compute-bound target T(n) grows almost linearly and k = 0, the target alone
 on a memory-bound one (a big model, a GPU) T(n) is nearly flat and long drafts pay. The parts,
 each with one job:
 
-- ``Acceptance``: the per-token acceptance estimate, from a prior that is what this pair
-  measured here before (its profile) or a reasoned default, weighted so one step cannot
+- ``estimates.Acceptance``: the per-token acceptance estimate, from a prior that is what this
+  pair measured here before (its profile) or a reasoned default, weighted so one step cannot
   overturn it;
-- ``Guard``: drafting must also *measure* at least as fast as the target alone;
+- ``estimates.Guard``: drafting must also *measure* at least as fast as the target alone;
 - ``Budget`` (its own module): what tries of drafting and measurements may spend, and
   ``Explorer``, which measures verify sizes the curve is unsure of;
 - ``AdaptiveController`` puts them together; ``FixedController`` is ``--no-adapt``.
@@ -27,37 +27,24 @@ import numpy as np
 
 from .budget import Budget, Explorer
 from .costs import READ_MIN, CostModel, speeds, step_seconds
+from .estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, Guard
 from .rules import MIN_GAIN
 
 # Tuning choices, each with its reason:
-DECAY = 0.95  # verdicts fade, so text of a new kind (prose after code) shows within ~20 steps
-# An untried pair starts in the middle of what same-family pairs agree on at greedy: from about
-# 0.67 on chat to 0.96 on edits of given code (docs/benchmarks.md).
-PRIOR_ALPHA = 0.75
-# The prior weighs this many verdicts, so one rejected draft moves 0.75 to 0.71, not (at a
-# weight of 4) to 0.59, where two more switch drafting off. A pair's profile replaces the
-# prior's alpha, with the weight of the verdicts it holds, up to this.
-PRIOR_WEIGHT = 16.0
 # A reply's first steps never switch drafting off: chat models open with a phrase of their own
 # ("Here is the updated code:") before what a draft predicts well, so the guard judges a reply
 # on what follows. Only drafting that was on (or not judged yet) when the reply began is kept
 # on, and at most these steps are spent where it does not pay.
 OPENING_STEPS = 6
 OPTIMISTIC_ALPHA = 0.95  # drafting's best case: if even this acceptance cannot pay, never try
-# ... but a verdict that rests on the draft pass is checked again: at each reply's start one pass
-# is timed until the estimate holds this many samples (a burst of load at load time, three
-# samples, is then outvoted by the passes that follow).
-RECHECK_SAMPLES = 9
 # ... and it must pay by this much, or drafting is never tried on this hardware: a try also
 # makes the draft model catch up on every token since it last ran, which the model leaves out.
 PROBE_GAIN = 1.15
+# A verdict of "never here" that rests on the draft pass is checked again: at each reply's start
+# one pass is timed until the estimate holds this many samples (so a burst of load during the
+# load's three samples is outvoted by the passes that follow).
+RECHECK_SAMPLES = 9
 PROBE_K = 2  # a try's draft length where the model wants none: cheap, and it tests two tokens
-TRIAL_STEPS = 4  # drafting steps the guard judges together: one unlucky step decides nothing
-EMA = 0.2  # after its trial the guard's sums fade by this a step: it follows within ~5 steps
-CARRY = 2.0  # at a reply's start, what the guard measured before weighs this many steps
-# ... and a "no" is forgotten there if the steps took at most this much more than the cost model
-# gave them: the costs held, so the text's acceptance said no, and the next reply's may differ.
-MISMATCH = 1.1
 # While drafting is off, each step earns tries TRY_SHARE of what drafting could win at best;
 # a try spends what it is expected to lose (its price). So tries cost at most that share of
 # decode time, and a cheap try (a draft pass that costs little) is made within a few steps.
@@ -84,99 +71,6 @@ class Choice:
         return self.predicted_tps / self.baseline_tps  # nan until something was measured
 
 
-class Acceptance:
-    """Per-token acceptance alpha, the geometric model's estimate: accepted tokens over
-    accepted tokens plus rejections, each verdict fading by DECAY, from a prior worth
-    ``weight`` verdicts. A reply is new text, so each starts again from the pair's long-run
-    estimate (the prior with every verdict so far, unfaded), not from where the last ended."""
-
-    def __init__(self, alpha: float = PRIOR_ALPHA, weight: float = PRIOR_WEIGHT) -> None:
-        self.weight = weight
-        self.total = [alpha * weight, (1.0 - alpha) * weight]  # the long run: [accepted, rejected]
-        self.accepted, self.rejected = self.total
-
-    def begin_reply(self) -> None:
-        long_run = self.total[0] / sum(self.total)
-        self.accepted, self.rejected = long_run * self.weight, (1.0 - long_run) * self.weight
-
-    @property
-    def alpha(self) -> float:
-        return self.accepted / (self.accepted + self.rejected)
-
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        """A verify kept ``n_accepted`` of ``n_drafted``: that many successes, and one failure
-        if it stopped short."""
-        if n_drafted > 0:
-            self.accepted = DECAY * self.accepted + n_accepted
-            self.rejected = DECAY * self.rejected + (n_accepted < n_drafted)
-            self.total = [self.total[0] + n_accepted, self.total[1] + (n_accepted < n_drafted)]
-
-
-def prior_from(accepted: int, rejected: int) -> tuple[float, float]:
-    """(alpha, weight) of a prior from what a pair's profile counted (accepted tokens and
-    rejections), shrunk toward PRIOR_ALPHA while it holds few verdicts."""
-    n = accepted + rejected
-    alpha = (accepted + PRIOR_ALPHA * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT)
-    return alpha, PRIOR_WEIGHT
-
-
-class Guard:
-    """Drafting must measure at least as fast as the target alone: the cost model is blind to
-    some of what a step costs (Python work, a draft cut short by p_min, a busy machine).
-
-    A trial of TRIAL_STEPS drafting steps is judged on their sums (tokens over seconds, not a
-    mean of step rates, which would undervalue a long step that yields much); after it the sums
-    fade by EMA a step, and one slow step counts as at most 2x slower."""
-
-    def __init__(self) -> None:
-        self.restart()
-
-    def restart(self) -> None:
-        self.tokens = self.seconds = self.weight = self.modelled = 0.0
-        self.n = 0
-
-    @property
-    def costs_hold(self) -> bool:
-        """Whether the steps took about the time the cost model gave them (MISMATCH): then a
-        "no" is the text's low acceptance, which a reply of other text need not share."""
-        return self.modelled > 0 and self.seconds <= MISMATCH * self.modelled
-
-    @property
-    def judged(self) -> bool:
-        return self.n >= TRIAL_STEPS
-
-    @property
-    def rate(self) -> float | None:
-        return self.tokens / self.seconds if self.seconds > 0 else None
-
-    def pays(self, baseline_tps: float) -> bool:
-        return not self.judged or (self.rate or 0.0) >= baseline_tps
-
-    def observe(self, n_tokens: int, seconds: float, modelled: float = 0.0) -> None:
-        """A drafting step made ``n_tokens`` in ``seconds``; the cost model gave it ``modelled``."""
-        if seconds <= 0:
-            return
-        keep = 1.0 - EMA if self.judged else 1.0
-        if self.judged and self.rate:
-            seconds = min(seconds, 2.0 * n_tokens / self.rate)
-        self.tokens = keep * self.tokens + n_tokens
-        self.seconds = keep * self.seconds + seconds
-        self.modelled = keep * self.modelled + modelled
-        self.weight = keep * self.weight + 1.0
-        self.n += 1
-
-    def begin_reply(self, baseline_tps: float) -> None:
-        """What was measured before weighs CARRY steps at most: a reply of new text is judged
-        on its own steps (a trial under way is left to finish); a "no" the cost model explains
-        (the text's acceptance) is forgotten."""
-        if self.judged and not self.pays(baseline_tps) and self.costs_hold:
-            self.restart()
-        if self.judged and self.weight > CARRY:
-            scale = CARRY / self.weight
-            self.tokens, self.seconds, self.modelled = scale * self.tokens, scale * self.seconds, scale * self.modelled
-            self.weight = CARRY
-
-
 class Controller(Protocol):
     """What the engine asks of a controller."""
 
@@ -194,7 +88,7 @@ class Controller(Protocol):
 
     def observe(self, n_drafted: int, n_accepted: int) -> None: ...
 
-    def observe_rate(self, n_tokens: int, seconds: float) -> None: ...
+    def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None: ...
 
 
 class FixedController:
@@ -224,7 +118,7 @@ class FixedController:
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.acceptance.observe(n_drafted, n_accepted)
 
-    def observe_rate(self, n_tokens: int, seconds: float) -> None:
+    def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
         pass
 
 
@@ -245,6 +139,34 @@ def price_of_try(
     return catch_up + TRIAL_STEPS * step * max(1.0 - ratio, LOSS_FLOOR)
 
 
+class Tries:
+    """Tries of drafting while it is off: each off step earns TRY_SHARE of what drafting could
+    win at best, and a try is made once the budget covers its price (``price_of_try``); a try
+    where the model wants no drafting lasts TRIAL_STEPS steps at PROBE_K."""
+
+    def __init__(self) -> None:
+        self.budget = Budget(TRY_SHARE)
+        self.price = self.earning = 0.0  # the next try's price, and what a step earns
+        self.left = 0  # steps left of a try at PROBE_K
+        self.started = False  # the guard's trial under way began as a try
+
+    def earn(self, stake: float) -> None:
+        """An off step: ``stake`` is what drafting could win in it at best."""
+        self.earning = TRY_SHARE * stake
+        self.budget.earn(stake, cap=max(self.earning * BANKED_STEPS, self.price))
+
+    def afford(self, price: float) -> bool:
+        self.price = price
+        return self.budget.spend(price)
+
+    def next_in(self) -> int:
+        """Steps until the budget affords the last priced try (an estimate: a catch-up grows)."""
+        short = self.price - self.budget.credit
+        if short <= 0 or self.earning <= 0:
+            return 1
+        return max(math.ceil(short / self.earning), 1)
+
+
 class AdaptiveController:
     """Each step the best k at the learnt acceptance while the guard agrees; while off, a try as
     the budget affords; now and then a verify size measured (``budget.Explorer``). ``gated``: k
@@ -262,11 +184,9 @@ class AdaptiveController:
         self.costs, self.max_k, self.gated, self.reach = costs, max_k, gated, reach
         self.acceptance = Acceptance(*(prior or (PRIOR_ALPHA, PRIOR_WEIGHT)))
         self.guard = Guard()
-        self.tries = Budget(TRY_SHARE)
+        self.tries = Tries()
         self.explorer = Explorer(costs, max_k)
         self.drafted = self.resumed = False  # anything verified yet; the last try found drafting pays
-        self.try_price = self.try_earning = 0.0  # the next try's price, and what a step earns
-        self._trying, self._trial_left = False, 0  # the guard's trial began as a try; its steps left
         self._steps, self._protected = 0, False  # this reply's steps; its opening keeps drafting on
         self._last_drafted = 0  # the last verify's drafts (the guard's modelled step)
 
@@ -306,11 +226,6 @@ class AdaptiveController:
     def _base(self) -> float:
         return 1.0 / self.costs.T(1)
 
-    @property
-    def trying(self) -> bool:
-        """A try's trial is under way at PROBE_K (the model itself wants no drafting)."""
-        return self._trial_left > 0
-
     def _opening(self) -> bool:
         return self._protected and self._steps <= OPENING_STEPS
 
@@ -318,13 +233,12 @@ class AdaptiveController:
         """A reply starts: its opening keeps drafting on if it is on (or not yet judged) now."""
         self.guard.begin_reply(self._base() if self.costs.verify else 0.0)
         self.acceptance.begin_reply()
-        self._steps = 0
-        self._protected = False
-        self._protected = self.on()
+        self._steps, self._protected = 0, False
+        self._protected = self.on()  # (judged as if there were no opening)
 
     def wants_prefill(self) -> bool:
-        """Whether the first step drafts (the draft model then reads the prompt up front):
-        drafting is on, or nothing was drafted yet and the hardware could pay."""
+        """Whether the draft model reads the prompt up front: drafting is on, or nothing was
+        drafted yet and the hardware could pay (a first try comes after the opening)."""
         return self.on() or (not self.drafted and bool(self.costs.verify) and self.hardware_allows())
 
     def recheck_draft(self) -> bool:
@@ -344,7 +258,7 @@ class AdaptiveController:
         rates = self.speeds()
         k = self.model_k(rates)
         if k > 0 and (self._opening() or self.guard.pays(float(rates[0]))):
-            self._trial_left = 0
+            self.tries.left = 0
             if self.gated:  # the gate predicts each proposal, not the controller
                 return Choice(k, math.nan, float(rates[0]))
             choice = Choice(k, float(rates[k]), float(rates[0]), reach=self.max_k if self.reach else 0)
@@ -360,35 +274,25 @@ class AdaptiveController:
         said no, else at PROBE_K; it is made once the budget affords its price."""
         base = float(rates[0])
         off = Choice(0, base, base)
-        if self._trial_left > 0:
-            self._trial_left -= 1
+        if self.tries.left > 0:
+            self.tries.left -= 1
             return Choice(PROBE_K, float(rates[PROBE_K]), base)
         best_case = self.best_case()
         if best_case < PROBE_GAIN:
             return off  # the hardware rules drafting out, whatever the acceptance
         if self._steps <= OPENING_STEPS and not (self._protected or self.drafted):
             return off  # a first try waits out the opening, which says little of what follows
-        stake = (best_case - 1.0) * self.costs.T(1)  # what drafting could win this step at best
-        self.try_earning = TRY_SHARE * stake
-        self.tries.earn(stake, cap=max(self.try_earning * BANKED_STEPS, self.try_price))
+        self.tries.earn((best_case - 1.0) * self.costs.T(1))
         if self.drafted:
             k = PROBE_K if self.gated or k_model == 0 else k_model
-            self.try_price = price_of_try(self.costs, rates, k, self.guard if k_model else None, behind)
-            if not self.tries.spend(self.try_price):
+            if not self.tries.afford(price_of_try(self.costs, rates, k, self.guard if k_model else None, behind)):
                 return off
         self.guard.restart()
-        self._trying = True
+        self.tries.started = True
         if k_model > 0:
             return Choice(k_model, float(rates[k_model]), base)
-        self._trial_left = TRIAL_STEPS - 1
+        self.tries.left = TRIAL_STEPS - 1
         return Choice(PROBE_K, float(rates[PROBE_K]), base)
-
-    def next_try_in(self) -> int:
-        """Steps until the budget affords the last priced try (an estimate: a catch-up grows)."""
-        short = self.try_price - self.tries.credit
-        if short <= 0 or self.try_earning <= 0:
-            return 1
-        return max(math.ceil(short / self.try_earning), 1)
 
     def observe(self, n_drafted: int, n_accepted: int) -> None:
         self._last_drafted = n_drafted
@@ -396,16 +300,16 @@ class AdaptiveController:
             self.drafted = True
             self.acceptance.observe(n_drafted, n_accepted)
 
-    def observe_rate(self, n_tokens: int, seconds: float) -> None:
-        """Tokens/s of a step that spent something on drafting (a draft pass or a verify row);
-        the opening's steps are not the guard's."""
+    def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
+        """Tokens/s of a step that spent something on drafting (``passes`` draft passes, by
+        default one a draft token, or a verify row); the opening's steps are not the guard's."""
         self.drafted = True
         if self._opening():
             return
         judged = self.guard.judged
-        self.guard.observe(
-            n_tokens, seconds, step_seconds(self.costs, self._last_drafted) if self.costs.verify else 0.0
-        )
+        n = self._last_drafted
+        modelled = (n if passes is None else passes) * self.costs.t_draft + self.costs.T(n + 1)
+        self.guard.observe(n_tokens, seconds, modelled if self.costs.verify else 0.0)
         if self.guard.judged and not judged:
-            self.resumed = self._trying and self.guard.pays(self._base())
-            self._trying = False
+            self.resumed = self.tries.started and self.guard.pays(self._base())
+            self.tries.started = False

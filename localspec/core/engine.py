@@ -132,7 +132,7 @@ class SpeculativeEngine:
         # drafting step's speed, so the guard does not see it (tries pay for it: controller)
         catch_up = draft.read_seconds > 0
         if (drafted or draft.n_evals) and not draft.copied and not catch_up and not pad:
-            self.controller.observe_rate(len(kept), _costs.clock() - t_start)
+            self.controller.observe_rate(len(kept), _costs.clock() - t_start, draft.n_evals)
         emitted, finish = self._cut(kept, budget)
         context.extend(kept)
         text = "".join(stream.feed(self.target.token_bytes(t)) for t in emitted)

@@ -52,7 +52,7 @@ def explain(ctl: Controller) -> DraftingState:
         return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
     if not ctl.hardware_allows():
         return _off_here(ctl)
-    if ctl.trying:
+    if ctl.tries.left > 0:  # a try's trial at PROBE_K, where the model itself wants none
         off = _guard(ctl) if ctl.model_k() > 0 else _off(ctl)
         return DraftingState(True, PROBE_K, f"trying k={PROBE_K} for a few steps, as {off.why}", None, off.draft_cost)
     if ctl.on():
@@ -101,7 +101,7 @@ def _guard(ctl: AdaptiveController) -> DraftingState:
     rates = ctl.speeds()
     why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
     why += f"({realized / base:.2f}×)"
-    return DraftingState(False, 0, why, ctl.next_try_in(), draft_cost, check2, float(rates.max() / rates[0]))
+    return DraftingState(False, 0, why, ctl.tries.next_in(), draft_cost, check2, float(rates.max() / rates[0]))
 
 
 def _costs_words(ctl: AdaptiveController) -> str:
@@ -125,4 +125,4 @@ def _off(ctl: AdaptiveController) -> DraftingState:
     rates = ctl.speeds()
     best = float(max(rates[1:].max(), 1e-12) / rates[0])
     why = f"{_costs_words(ctl)}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best:.2f}×"
-    return DraftingState(False, 0, why, ctl.next_try_in(), draft_cost, check2, best)
+    return DraftingState(False, 0, why, ctl.tries.next_in(), draft_cost, check2, best)
