@@ -4,7 +4,7 @@
         --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96]
     .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
-        [--cold [--no-profile]]
+        [--cold [--no-profile]] [--set controller.OPENING_STEPS=0]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure_costs)
 and keeps, per prompt of the default suite, the prompt's tokens and the target's greedy reply.
@@ -253,11 +253,33 @@ def main() -> None:
         help="a fresh controller for every prompt, its acceptance prior what the earlier prompts counted (a profile)",
     )
     rep.add_argument("--no-profile", action="store_true", help="with --cold: every prompt from the default prior")
+    rep.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="a tuning constant of localspec.core changed for this replay, e.g. controller.OPENING_STEPS=0 "
+        "(what a mechanism is worth)",
+    )
     args = parser.parse_args()
     if args.command == "record":
         record(args)
     else:
+        for assignment in args.set:
+            override(assignment)
         replay(args)
+
+
+def override(assignment: str) -> None:
+    """``controller.OPENING_STEPS=0``: set a constant of a localspec.core module."""
+    import importlib
+
+    target, _, value = assignment.partition("=")
+    module_name, _, name = target.rpartition(".")
+    module = importlib.import_module(f"localspec.core.{module_name}")
+    if not hasattr(module, name):
+        raise SystemExit(f"localspec.core.{module_name} has no {name}")
+    setattr(module, name, type(getattr(module, name))(value))
 
 
 if __name__ == "__main__":

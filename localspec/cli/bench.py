@@ -144,13 +144,7 @@ def cmd_bench(args) -> int:
     finally:
         session.close()
     rep["lookup"] = lookup
-    if args.json:  # first: the measurements survive whatever happens below
-        args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
-    md = bench.markdown(rep)
-    print(md)
-    if args.markdown:
-        args.markdown.write_text(md)
-    return 0
+    return write_report(args, rep, bench.markdown)
 
 
 # what --cold cannot combine with: it runs its own three configurations, each in its own process
@@ -173,10 +167,15 @@ def cmd_cold(args, suite: dict) -> int:
     except bench.ColdRunFailed as e:
         print(f"\nerror: {e}", file=sys.stderr)
         return 1
-    rep = bench.cold_report(runs, suite, base, configs, repeats)
-    if args.json:  # first: the measurements survive whatever happens below
+    return write_report(args, bench.cold_report(runs, suite, base, configs, repeats), bench.cold_markdown)
+
+
+def write_report(args, rep: dict, markdown) -> int:
+    """The report as --json asks (first: the measurements survive whatever happens below), then
+    as Markdown, printed and as --markdown asks."""
+    if args.json:
         args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
-    md = bench.cold_markdown(rep)
+    md = markdown(rep)
     print(md)
     if args.markdown:
         args.markdown.write_text(md)

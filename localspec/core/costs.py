@@ -46,11 +46,9 @@ LEVEL_WINDOW = 5  # recent verifies that decide the machine's speed: a change sh
 #                   it can flip the median of a size's own samples (3 from calibration + 3)
 # ... and it moves only when that differs from the level by more than this (log; about 5 %):
 # noise of a few per cent must not make sizes not in use jitter. The level is the median of the
-# recent verifies' log ratio to their size's reference time, not a sum of shifts: summed, it
-# ratcheted. Residuals against each size's own window (which a size measured every step keeps
-# absorbing) moved it by 0.1 on every burst of +10-15 % on T(1) (they come and go on this
-# shared machine), and half the time the way back fell inside the dead band: over one run of the
-# Q4 bench it reached +0.6, and the sizes drafting no longer used read 1.2-1.8x their cost.
+# recent verifies' log ratio to their size's reference time, not a sum of shifts: a sum
+# ratchets, since bursts of load come and go and the way back can fall inside the dead band
+# (docs/benchmarks.md has the run that showed it).
 LEVEL_DEADBAND = 0.05
 CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (k + 1 <= 64)
 DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)
@@ -398,7 +396,7 @@ def calibrate(
 ) -> tuple[VerifyCurve, DraftCost]:
     """The target's verify curve and the draft's pass time, measured here (see time_sizes).
     No warm-up round by default: a first-use spike is one sample of three, which the median
-    ignores, and the load stays short (about 2.5 s for the Q4 1.5B target + 0.5B draft here)."""
+    ignores, and the load stays short (a few seconds for a 1.5B target and a 0.5B draft on 2 CPU cores)."""
     curve = VerifyCurve()
     for n, samples in time_sizes(target, sizes, repeats, prefix, warmup).items():
         for s in samples:

@@ -255,9 +255,10 @@ class PromptLookupDrafter(DrafterBase):
 
     name = "lookup"
 
-    # Tuning choice: a 1-gram match proposes mostly noise; 2-4 grams matched well on the
-    # edit/refactor prompts of the bench suite. With measured ``costs`` a LookupGate decides
-    # how much of each match to propose from what matches of its length have earned.
+    # Tuning choice: a 1-gram match is mostly a coincidence; 2-4 grams carry the context of an
+    # edit or a quote (docs/benchmarks.md has the prompts that showed it). With measured
+    # ``costs`` a LookupGate decides how much of each match to propose from what matches of its
+    # length have earned.
     def __init__(
         self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None, gate: LookupGate | None = None
     ) -> None:
