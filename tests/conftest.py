@@ -5,6 +5,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import fakes / tiny_gguf directly
 
+# the live server's fixtures (`session`, `url`), shared by test_server.py and test_server_hardening.py;
+# a module that defines a fixture of the same name uses its own
+pytest_plugins = ["live_server"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from localspec import server
 from localspec.api import Served
@@ -87,3 +88,19 @@ def post(base, body, path="/v1/chat/completions", headers=None, **kw) -> httpx.R
 
 def chat_body(**extra) -> dict:
     return {"messages": MESSAGES, "max_tokens": N_TOKENS, "temperature": 0, **extra}
+
+
+# The fixtures both server test modules use (imported there by name, as pytest finds them):
+@pytest.fixture(scope="module")
+def session(tiny_pair):
+    """The tiny pair loaded once per module."""
+    s = load(tiny_pair)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def url(session):
+    """The real server on a free loopback port, over ``session``."""
+    with running(session) as base:
+        yield base

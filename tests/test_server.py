@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from live_server import (
+from live_server import (  # and its fixtures `session` and `url` (conftest.pytest_plugins)
     JSON,
     MESSAGES,
     N_CTX,
@@ -21,7 +21,6 @@ from live_server import (
     PROMPT,
     chat_body,
     health,
-    load,
     post,
     running,
     slow_down,
@@ -31,19 +30,6 @@ from live_server import (
 from localspec import server
 from localspec.cli import main
 from localspec.cli.serve import check_bind
-
-
-@pytest.fixture(scope="module")
-def session(tiny_pair):
-    s = load(tiny_pair)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def url(session):
-    with running(session) as base:
-        yield base
 
 
 def client(base, key="unused") -> openai.OpenAI:

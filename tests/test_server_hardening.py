@@ -15,26 +15,13 @@ import time
 
 import httpx
 import pytest
-from live_server import chat_body, health, load, post, running, slow_down, wait_for
+from live_server import chat_body, health, post, running, slow_down, wait_for  # fixtures: conftest
 
 from localspec import server
 from localspec.cli import main
 
 # the request of the issue's reproduction
 ISSUE_BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-
-
-@pytest.fixture(scope="module")
-def session(tiny_pair):
-    s = load(tiny_pair)
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def url(session):
-    with running(session) as base:
-        yield base
 
 
 def port_of(base: str) -> int:
