@@ -57,7 +57,7 @@ DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass cat
 # tokens are timed as reading, per token; shorter ones are ordinary draft passes.
 READ_MIN = 8
 READ_PRIOR = 0.25  # before any read is timed: a token read costs a quarter of a draft pass
-CONFIDENCE_DECAY = 0.95  # the confidence calibration fades like the acceptance counts (controller.DECAY)
+CONFIDENCE_DECAY = 0.95  # the confidence calibration fades like the acceptance counts (estimates.DECAY)
 
 clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
 
