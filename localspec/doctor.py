@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .offload import COMPUTE_RESERVE_BYTES, Device, gib, offload_devices, usable_gpu_bytes
-from .preflight import COMPUTE_OVERHEAD
+from .llama.offload import COMPUTE_RESERVE_BYTES, Device, gib, offload_devices, usable_gpu_bytes
+from .llama.preflight import COMPUTE_OVERHEAD
 
 LLAMA_CPP_PIN = "0.3.36"  # the llama-cpp-python version pyproject.toml pins
 _PIP = f"pip install --force-reinstall --no-cache-dir llama-cpp-python=={LLAMA_CPP_PIN}"

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from tiny_gguf import write_tiny_gguf
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support
+from tests.support.tiny_gguf import write_tiny_gguf
 
 PY = sys.executable
 WORK = Path(tempfile.mkdtemp(prefix="localspec-attack-"))

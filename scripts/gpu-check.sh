@@ -129,7 +129,7 @@ run() {
   say "random-weight models of real shapes"
   local specs="$draft_shape:q4_k_m" spec
   for spec in $targets; do specs="$specs,$spec"; done
-  python3 -m localspec.random_gguf "$models" --models "$specs" --threads "$threads"
+  python3 -m tests.support.random_gguf "$models" --models "$specs" --threads "$threads"
   echo "models done after $((SECONDS - t0)) s"
   local draft=$models/random-$draft_shape-q4_k_m.gguf extra=()
   [ $cpu = 1 ] && extra=(--max-tokens 16 --repeats 1 --ctx 2048)

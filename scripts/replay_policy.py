@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec import bench
+from localspec.bench import runner as bench
+from localspec.chat.session import CALIBRATION_SIZES, LoadOptions, PairSpec, Session
 from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.engine import SpeculativeEngine
@@ -43,7 +44,6 @@ from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
-from localspec.session import CALIBRATION_SIZES, LoadOptions, PairSpec, Session
 
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
 
@@ -172,7 +172,7 @@ def build(policy: str, ctx: ModeContext):
 
 
 def replay(args) -> None:
-    from localspec import llama_backend
+    from localspec.llama import backend as llama_backend
 
     rec = json.loads(Path(args.recording).read_text())
     memo_path = Path(args.recording + ".memo")

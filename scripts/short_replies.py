@@ -18,9 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from localspec import bench
+from localspec.bench import runner as bench
+from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.sampling import SamplingParams
-from localspec.session import LoadOptions, PairSpec, Session
 
 FIXED = bench.fixed_mode(4, 0.75)
 MODES = ("none", "draft", FIXED)

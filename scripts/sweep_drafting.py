@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from localspec import bench
+from localspec.bench import runner as bench
+from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.controller import AdaptiveController, Controller, FixedController
 from localspec.core.costs import CostModel, DraftCost
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
@@ -24,7 +25,6 @@ from localspec.core.modes import COPY_PRIOR
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
-from localspec.session import LoadOptions, PairSpec, Session
 
 VARIANTS = ("none", "adaptive", "adaptive-p0", "hybrid")
 

@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from localspec.chat.session import PairSpec
+from localspec.chat.store import ChatStore
 from localspec.core.engine import Step
 from localspec.core.explain import DraftingState
-from localspec.session import PairSpec
 from localspec.settings import Settings
-from localspec.store import ChatStore
 
 WORDS = [
     "speculative",
@@ -255,7 +255,7 @@ async def bench(args) -> dict:
 
 async def real_chat(args) -> None:
     """One prompt on a real pair through the app (the README screenshot): stats and an SVG."""
-    from localspec.session import PairSpec
+    from localspec.chat.session import PairSpec
     from localspec.tui.app import LocalspecApp
     from localspec.tui.widgets import StatsPanel
 

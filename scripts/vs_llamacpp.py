@@ -23,9 +23,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from localspec import bench
+from localspec.bench import runner as bench
+from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.sampling import SamplingParams
-from localspec.session import LoadOptions, PairSpec, Session
 
 SPEED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 

@@ -1,13 +1,10 @@
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests import fakes / tiny_gguf directly
-
 # the live server's fixtures (`session`, `url`), shared by test_server.py and test_server_hardening.py;
 # a module that defines a fixture of the same name uses its own
-pytest_plugins = ["live_server"]
+pytest_plugins = ["tests.support.live_server"]
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +19,7 @@ def _isolated_dirs(tmp_path, monkeypatch):
 @pytest.fixture
 def online(monkeypatch):
     """The hub's reachability probe connects (without touching the network)."""
-    from localspec import hub
+    from localspec.models import hub
 
     class Conn:
         def __enter__(self):
@@ -39,7 +36,7 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny real target and its draft (a noisy copy of the same vocabulary), 512 tokens of
     context, written once per test run: llama.cpp runs on them in milliseconds. Never write
     to them; a test that needs other parameters writes its own."""
-    from tiny_gguf import write_tiny_gguf
+    from tests.support.tiny_gguf import write_tiny_gguf
 
     d = tmp_path_factory.mktemp("gguf")
     return (
@@ -53,7 +50,7 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 def hub_online(monkeypatch):
     """Offline mode off (``_isolated_dirs`` turns it on) and no checkout models folder: the
     download tests choose reachability themselves, with ``online`` or ``unreachable``."""
-    from localspec import downloads, hub
+    from localspec.models import downloads, hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", False)
@@ -70,10 +67,9 @@ def settings(tmp_path):
 
 @pytest.fixture
 def fake_hub(monkeypatch):
-    """localspec.hub talks to a FakeHub (fake_hub.py); put files in its ``files``."""
-    from fake_hub import FakeHub
-
-    from localspec import hub
+    """localspec.models.hub talks to a FakeHub (fake_hub.py); put files in its ``files``."""
+    from localspec.models import hub
+    from tests.support.fake_hub import FakeHub
 
     fake = FakeHub()
     monkeypatch.setattr(hub, "hf_hub_download", fake.hf_hub_download)
@@ -84,7 +80,7 @@ def fake_hub(monkeypatch):
 @pytest.fixture
 def unreachable(monkeypatch):
     """The hub's reachability probe fails as with no network."""
-    from localspec import hub
+    from localspec.models import hub
 
     def refuse(addr, timeout):
         raise OSError("[Errno -2] Name or service not known")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from localspec import offload
 from localspec.cli import doctor as cli_doctor
 from localspec.cli import main
 from localspec.doctor import REINSTALL, Facts, PairFacts, diagnose, judge_pair
-from localspec.offload import Device, GiB, MiB
+from localspec.llama import offload
+from localspec.llama.offload import Device, GiB, MiB
 
 CPU = Device("CPU", "Intel(R) Xeon(R)", "cpu", 14 * GiB, 16 * GiB)
 RTX = Device("CUDA0", "NVIDIA GeForce RTX 4060 Laptop GPU", "gpu", 7 * GiB, 8 * GiB)
@@ -163,9 +163,9 @@ class TestExpectedHere:
         assert "nothing measured yet: open a pair once" in capsys.readouterr().out
 
     def test_a_pair_used_here_gets_expected_figures_and_a_recommendation(self, tiny_pair, capsys):
+        from localspec.chat.session import LoadOptions, PairSpec, Session
         from localspec.core.sampling import SamplingParams
-        from localspec.profiles import PROFILES_FILE, ProfileStore
-        from localspec.session import LoadOptions, PairSpec, Session
+        from localspec.models.profiles import PROFILES_FILE, ProfileStore
         from localspec.settings import data_dir
 
         t, d = tiny_pair

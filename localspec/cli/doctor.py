@@ -21,11 +21,12 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from .. import catalog as cat
-from .. import downloads, preflight
 from ..doctor import Diagnosis, Facts, PairFacts, diagnose
-from ..offload import gib
-from ..profiles import PROFILES_FILE, ProfileStore, machine_id, options_here, recommend
+from ..llama import preflight
+from ..llama.offload import gib
+from ..models import catalog as cat
+from ..models import downloads
+from ..models.profiles import PROFILES_FILE, ProfileStore, machine_id, options_here, recommend
 from ..settings import load_settings
 from .models import _table
 
@@ -59,7 +60,7 @@ def cmd_doctor(args) -> int:
 
 
 def expected_here(facts: Facts):
-    """What each measured model is expected to do on this machine (``localspec.profiles``)."""
+    """What each measured model is expected to do on this machine (``localspec.models.profiles``)."""
     from ..settings import data_dir
 
     b = facts.build
@@ -89,7 +90,7 @@ def expected_lines(options, advice: str | None) -> list[str]:
 
 # --- the facts ------------------------------------------------------------------------------
 def gather_facts(settings, catalog) -> Facts:
-    from .. import llama_backend as backend  # loads llama.cpp: only here, not at import
+    from ..llama import backend  # loads llama.cpp: only here, not at import
 
     build = backend.build_info()
     devices, note = backend.device_report()

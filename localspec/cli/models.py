@@ -14,9 +14,10 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import catalog as cat
-from .. import downloads, ggufinfo
-from ..compat import check_compatible
+from ..llama import ggufinfo
+from ..llama.compat import check_compatible
+from ..models import catalog as cat
+from ..models import downloads
 from ..settings import load_settings
 from .progress import ByteProgress, human
 

@@ -8,13 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..core import options
-from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
-from ..core.protocol import ContextFull
-from ..core.stats import RunStats
-from ..offload import OffloadPlan
-from ..profiles import PROFILES_FILE, ProfileStore
-from ..session import (
+from ..chat.session import (
     ContextOverflow,
     IncompatiblePair,
     LoadOptions,
@@ -24,6 +18,12 @@ from ..session import (
     prompt_tokens,
     reply_room,
 )
+from ..core import options
+from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
+from ..core.protocol import ContextFull
+from ..core.stats import RunStats
+from ..llama.offload import OffloadPlan
+from ..models.profiles import PROFILES_FILE, ProfileStore
 from ..settings import data_dir
 from . import flags
 
@@ -98,8 +98,8 @@ def load_session(args, messages: list[dict] | None = None) -> Session:
     file, ``messages`` that cannot fit the context; 3: incompatible pair). More --threads than
     CPUs are lowered, with a note. The prompt is checked as soon as the target is loaded, so a
     refusal does not wait for the draft and the calibration."""
-    from ..llama_backend import ModelLoadError
-    from ..preflight import ModelFileError
+    from ..llama.backend import ModelLoadError
+    from ..llama.preflight import ModelFileError
 
     problem = flags.check(args, *LOAD_GROUPS)
     if problem:
@@ -158,13 +158,13 @@ def prompt_too_long(target, messages: list[dict], args) -> str:
 # An except clause's classes are looked up only when something is raised: llama_cpp is
 # imported by the load, never just to parse the command line.
 def _template_error() -> type[Exception]:
-    from ..llama_backend import ChatTemplateError
+    from ..llama.backend import ChatTemplateError
 
     return ChatTemplateError
 
 
 def _backend_errors() -> tuple[type[Exception], ...]:
-    from ..llama_backend import BackendError
+    from ..llama.backend import BackendError
 
     return BackendError, ContextFull
 

@@ -1,4 +1,4 @@
-"""``localspec serve``: the loaded pair over an OpenAI-compatible HTTP API (``localspec.server``).
+"""``localspec serve``: the loaded pair over an OpenAI-compatible HTTP API (``localspec.serve.server``).
 
 Safe by default: it binds to 127.0.0.1, and any other address needs an API key (``--api-key``
 or ``LOCALSPEC_API_KEY``), since the API runs the models for whoever can reach it. Web pages
@@ -110,7 +110,7 @@ def check_origin(origin: str) -> str | None:
 
 
 def check_host_name(name: str) -> str | None:
-    from ..server import host_name
+    from ..serve.server import host_name
 
     if host_name(name) and not re.search(r"[/@*\s]", name):
         return None
@@ -133,8 +133,8 @@ def listen_problem(e: OSError, host: str, port: int) -> str:
 def resolve_pair(args) -> str | None:
     """With --pair (or neither --pair nor --target): fill in args.target / args.draft from the
     catalog; returns the pair id, the model's name in the API, or None with --target."""
-    from .. import catalog as cat
-    from ..downloads import locate
+    from ..models import catalog as cat
+    from ..models.downloads import locate
     from ..settings import load_settings
 
     if args.target is not None:
@@ -159,7 +159,7 @@ def resolve_pair(args) -> str | None:
 
 
 def cmd_serve(args) -> int:
-    from .. import server
+    from ..serve import server
 
     args.api_key = args.api_key or os.environ.get(KEY_ENV) or None
     problem = check_options(args)
@@ -183,8 +183,8 @@ def cmd_serve(args) -> int:
 def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
     """Load the pair and serve it on ``sockets`` until SIGINT or SIGTERM; then save the profile
     and close the models (``Session.close``) once the reply still running has stopped."""
-    from .. import server
-    from ..api import Served
+    from ..serve import server
+    from ..serve.api import Served
 
     session = load_session(args)
     served = Served(

@@ -11,7 +11,7 @@ default, its description, its range and its command-line flag.
 Everything else is read from these fields. The settings file (``localspec.settings``) reuses
 the groups; the settings screens list their fields, with the descriptions as help;
 ``localspec.cli.flags`` makes one flag per field marked with a :class:`Flag`;
-``localspec.session.load_options`` builds a load from the model and drafting groups; and
+``localspec.chat.session.load_options`` builds a load from the model and drafting groups; and
 :func:`check` reads each range from the field's constraints (``OPTIONS``). So every entry
 point refuses the same values in the same words: "--temp must be ≥ 0 (got -1)".
 

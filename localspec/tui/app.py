@@ -1,6 +1,6 @@
 """The Textual chat app. The app holds the settings, the chat store, the session (the models)
 and the pair menu, downloads and loading; the chat screen (``chat.ChatScreen``) draws the
-conversation (``localspec.conversation``) and drives it. Model loading runs in a thread worker
+conversation (``localspec.chat.conversation``) and drives it. Model loading runs in a thread worker
 that talks to the UI with ``post_message``.
 """
 
@@ -16,10 +16,10 @@ from textual.app import App, SystemCommand
 from textual.message import Message
 from textual.screen import Screen
 
-from ..conversation import ChatSession, Conversation
-from ..session import IncompatiblePair, LoadOptions, PairSpec, load_options
+from ..chat.conversation import ChatSession, Conversation
+from ..chat.session import IncompatiblePair, LoadOptions, PairSpec, load_options
+from ..chat.store import ChatStore
 from ..settings import Settings, data_dir, load_settings, save_settings, settings_path
-from ..store import ChatStore
 from .chat import KEYS, ChatScreen
 from .screens import (
     ChatSettingsScreen,
@@ -138,7 +138,7 @@ class LocalspecApp(App):
     @property
     def catalog(self):
         if self._catalog is None:
-            from ..catalog import load_catalog
+            from ..models.catalog import load_catalog
 
             self._catalog, warnings = load_catalog(self.settings)
             for w in warnings:
@@ -148,13 +148,13 @@ class LocalspecApp(App):
     def _expected_line(self) -> Callable[[Any], str | None] | None:
         """pair -> what this machine's profiles expect of it (``profiles.menu_line``), read once
         per menu; None when nothing was measured here or the build cannot be asked."""
-        from .. import profiles
+        from ..models import profiles
 
         found = profiles.ProfileStore(data_dir() / profiles.PROFILES_FILE).load()
         if not found:
             return None
         try:
-            from ..llama_backend import build_info
+            from ..llama.backend import build_info
 
             b = build_info()
         except Exception:
@@ -174,7 +174,7 @@ class LocalspecApp(App):
     def _path(self, ref) -> Path | None:
         if self._locate is not None:
             return self._locate(ref, self.settings)
-        from ..downloads import locate
+        from ..models.downloads import locate
 
         return locate(ref, self.settings)
 
@@ -236,7 +236,7 @@ class LocalspecApp(App):
         self._save_settings(self.settings.model_copy(update=update))
         missing = [r for r in self._refs(choice) if not self._present(r)]
         if missing:
-            from ..downloads import pull
+            from ..models.downloads import pull
 
             self.push_screen(
                 DownloadScreen(missing, self.settings, self._pull or pull),
@@ -270,7 +270,7 @@ class LocalspecApp(App):
 
     @work(thread=True, exclusive=True, group="load")
     def _load_worker(self, load_id: int, spec: PairSpec, options: LoadOptions, label: str) -> None:
-        from ..preflight import ModelFileError
+        from ..llama.preflight import ModelFileError
 
         def progress(text: str) -> None:
             self.post_message(LoadProgress(text))
@@ -399,8 +399,8 @@ def close_when_idle(session: ChatSession, timeout: float) -> None:
 
 
 def _load_session(spec: PairSpec, options: LoadOptions, progress: Callable[[str], None]) -> ChatSession:
-    from ..profiles import PROFILES_FILE, ProfileStore
-    from ..session import Session
+    from ..chat.session import Session
+    from ..models.profiles import PROFILES_FILE, ProfileStore
 
     # what the pair costs here is kept for the pair menu and `localspec doctor`
     return Session.load(spec, options, progress, profiles=ProfileStore(data_dir() / PROFILES_FILE))

@@ -1,5 +1,5 @@
 """The chat screen: the conversation's log, the message input, the statistics panel and the step
-inspector. It drives a ``localspec.conversation.Conversation`` with plain calls and draws what
+inspector. It drives a ``localspec.chat.conversation.Conversation`` with plain calls and draws what
 they hand back. A reply's generation runs in a thread worker that posts each step to the
 screen (``StepArrived``) and stops between steps when asked.
 """
@@ -19,9 +19,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
 
-from ..conversation import Conversation, Ending, Generation, ReplyStep
-from ..store import Message as StoredMessage
-from ..store import summary_line
+from ..chat.conversation import Conversation, Ending, Generation, ReplyStep
+from ..chat.store import Message as StoredMessage
+from ..chat.store import summary_line
 from .screens import ChatListScreen, HelpScreen, RaceScreen
 from .widgets import ChatInput, ChatLog, ReplyView, StatsPanel, StepInspector, UserMessage, code_blocks, stats_values
 

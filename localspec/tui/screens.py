@@ -41,7 +41,7 @@ from textual.widgets.markdown import MarkdownStream
 from textual.widgets.option_list import Option
 from textual.worker import get_current_worker
 
-from ..conversation import ChatSession, Ending, Generation, Rematch, ReplyStep
+from ..chat.conversation import ChatSession, Ending, Generation, Rematch, ReplyStep
 from ..core import options
 from ..core.stats import RunStats
 from .widgets import race_speed_line, race_verdict, visible
@@ -628,7 +628,7 @@ class DownloadScreen(ModalScreen[dict | None]):
             try:
                 paths[ref.filename] = self.pull(ref, self.settings, **kwargs)
             except Exception as e:  # DownloadCancelled, DownloadError, OSError: all end the screen
-                from ..downloads import DownloadCancelled
+                from ..models.downloads import DownloadCancelled
 
                 cancelled = self.cancel_event.is_set() or isinstance(e, DownloadCancelled)
                 self.post_message(self.Finished(None, None if cancelled else f"{ref.filename}: {e}"))

@@ -3,7 +3,7 @@
 Nouns: ``ChatInput``, ``ChatLog``, ``UserMessage``, ``ReplyView``, ``StatsPanel``,
 ``StepInspector``. Colours of draft tokens: a reply keeps the character spans that came from
 accepted draft tokens (``Step.emitted[:n_accepted]``); the token view paints them. A reasoning
-model's thinking (``localspec.thinking``) goes to a collapsed block above its answer.
+model's thinking (``localspec.chat.thinking``) goes to a collapsed block above its answer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Collapsible, Markdown, Sparkline, Static, TextArea
 from textual.widgets.markdown import MarkdownStream
 
-from ..conversation import InspectedStep, add_draft_span
+from ..chat.conversation import InspectedStep, add_draft_span
 from ..core.stats import RunStats
 
 DRAFT_STYLE = "bold #00af5f"  # readable on both the dark and the light theme

@@ -1,0 +1,1 @@
+"""``localspec bench``: suites of prompts run in every mode side by side, and what they measured."""

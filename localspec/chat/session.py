@@ -1,0 +1,457 @@
+"""A loaded target/draft pair and the chat turns run on it. The CLI and the TUI both use this;
+widgets hold no model state.
+
+``Session.chat(messages, ...)`` formats the conversation with the target's chat template,
+trims the oldest turns if it would not fit, and yields the engine's Steps. Both models keep
+their KV caches between turns, so a follow-up turn evaluates only its new tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from ..core.costs import CostModel, calibrate
+from ..core.engine import SpeculativeEngine, Step
+from ..core.explain import DraftingState, explain
+from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, Reply, builtin_modes
+from ..core.modes import repeatable as repeatable_mode
+from ..core.options import DraftOptions, ModelOptions, values
+from ..core.sampling import SamplingParams
+from ..llama.compat import Compatibility, check_compatible
+from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
+from ..models.profiles import ProfileStore, Use, machine_id, model_key
+
+Mode = Literal["draft", "lookup", "none"]
+
+
+class IncompatiblePair(Exception):
+    def __init__(self, compat: Compatibility) -> None:
+        super().__init__(compat.message())
+        self.compat = compat
+
+
+class ContextOverflow(Exception):
+    """The conversation cannot fit the context even after trimming (or trimming is off)."""
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    target: Path
+    draft: Path | None = None
+    lookup: bool = False
+
+    @property
+    def mode(self) -> Mode:
+        return "draft" if self.draft else "lookup" if self.lookup else "none"
+
+
+class LoadOptions(ModelOptions, DraftOptions):
+    """What a load takes: the model and drafting groups of ``localspec.core.options``, flat
+    (``options.n_ctx``, ``options.max_k``), with their defaults and ranges. The app and the CLI
+    build it with :func:`load_options`."""
+
+
+def load_options(model: ModelOptions, draft: DraftOptions) -> LoadOptions:
+    """A load's options from the two groups: the app's settings (a ModelOptions) and their
+    ``draft``, or the groups the CLI builds from its flags. The one place either front end
+    turns its options into a load, so neither can leave one out."""
+    return LoadOptions(**values(model, ModelOptions), **values(draft, DraftOptions))
+
+
+def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
+    """Each model's GPU layers (see ``offload``). A CPU-only build reads no file for it;
+    otherwise the layer sizes come from both files' headers and the free memory from ggml."""
+    from ..llama import ggufinfo
+
+    if not backend.supports_gpu_offload():
+        return cpu_plan(None, None, CPU_BUILD, has_draft=spec.draft is not None)
+    target = ggufinfo.read_model_layout(spec.target)
+    draft = ggufinfo.read_model_layout(spec.draft) if spec.draft else None
+    return plan_offload(
+        target,
+        draft,
+        options.n_ctx,
+        backend.backend_devices(),
+        target_layers=options.gpu_layers,
+        draft_layers=options.draft_gpu_layers,
+    )
+
+
+# Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
+# interpolated, then measured when they could win (core.budget.Explorer). Sizes past 8 pay
+# only on a memory-bound target, where exploration finds them within a few dozen steps.
+CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
+
+
+class Session:
+    def __init__(
+        self,
+        target,
+        draft,
+        spec: PairSpec,
+        options: LoadOptions,
+        compat=None,
+        offload: OffloadPlan | None = None,
+        profiles: ProfileStore | None = None,
+        machine: str = "",
+    ) -> None:
+        self.target = target
+        self.draft = draft
+        self.profiles = profiles  # where this machine's costs are kept (None: not kept)
+        self.machine = machine
+        self._use: dict[str, Use] = {}  # what replies measured since the last save, by drafting
+        self.spec = spec
+        self.options = options
+        self.compat = compat
+        self.offload = offload  # the GPU split the models were loaded with
+        self.lock = threading.Lock()  # one generation at a time per pair of caches
+        curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
+        for seconds in self._draft_history():  # earlier loads' passes: a busy load is outvoted
+            draft_cost.seed(seconds)
+        self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
+        self._costs_at_load = CostModel(curve.points(), draft_cost.seconds)  # a copy: seeded replies (modes.repeatable)
+        self.modes: ModeRegistry = builtin_modes()  # the bench registers its own beside these
+        # by mode, longest draft, and whether it is the seeded replies' (modes.repeatable)
+        self._drafting: dict[tuple[DraftingMode, int, bool], Drafting] = {}
+        self._saved = False  # this load's measurements are in the profile's history
+        self.save_profile()
+
+    @classmethod
+    def load(
+        cls,
+        spec: PairSpec,
+        options: LoadOptions = LoadOptions(),
+        progress: Callable[[str], None] | None = None,
+        profiles: ProfileStore | None = None,
+        check_target: Callable[[object], None] | None = None,
+    ) -> Session:
+        """Check the files, load both models, check the pair, measure the costs here.
+        ``check_target(target)`` runs as soon as the target is loaded (a prompt that cannot
+        fit is refused then, not after the draft and the calibration)."""
+        from ..llama import backend as backend  # the only adapter that imports llama_cpp
+        from ..llama import ggufinfo, preflight
+
+        say = progress or (lambda _msg: None)
+        files = list(filter(None, (spec.target, spec.draft)))
+        try:
+            plan = offload_plan(spec, options, backend)
+        except ggufinfo.GgufError:
+            preflight.check_model_files(files, options.n_ctx)  # its message for the file is clearer
+            raise
+        # one clear ModelFileError for a missing, foreign, truncated, unsupported or too-large
+        # file (the pair's memory summed) before llama.cpp touches either file
+        preflight.check_model_files(files, options.n_ctx, [plan.target_layers, plan.draft_layers][: len(files)])
+        say(plan.summary)
+        say(f"loading target {spec.target.name}")
+        target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, plan.target_layers)
+        if check_target is not None:  # e.g. the prompt fits: say so before the draft loads
+            try:
+                check_target(target)
+            except BaseException:
+                target.close()
+                raise
+        draft = compat = None
+        if spec.draft:
+            say(f"loading draft {spec.draft.name}")
+            draft = backend.LlamaModel.load(spec.draft, options.n_ctx, options.threads, plan.draft_layers)
+            compat = check_compatible(target.vocab_info(), draft.vocab_info())
+            if not compat.ok:
+                draft.close()
+                target.close()
+                raise IncompatiblePair(compat)
+        say("measuring verify costs on this machine")
+        build = backend.build_info()
+        machine = machine_id(f"{build.get('llama_cpp_python')}|{build.get('system_info')}")
+        return cls(target, draft, spec, options, compat, offload=plan, profiles=profiles, machine=machine)
+
+    # --- what the UI shows -------------------------------------------------------------
+    @property
+    def mode(self) -> Mode:
+        return self.spec.mode
+
+    @property
+    def baseline_tokens_per_second(self) -> float:
+        """Target-only decode speed predicted from the measured single-token evaluation time."""
+        return 1.0 / self.costs.T(1)
+
+    baseline_note = "1 / T(1): median of recent single-token target evaluations"
+
+    @functools.cached_property
+    def opens_thinking(self) -> bool:
+        """Whether the chat template opens a <think> block itself (Qwen3's with thinking on
+        end the generation prompt with it): the reply then starts inside the thinking."""
+        try:
+            prompt = self.target.apply_chat_template([{"role": "user", "content": "hi"}])
+        except Exception:
+            return False
+        return prompt.rstrip().endswith("<think>")
+
+    def token_text(self, token: int) -> str:
+        return self.target.token_bytes(token).decode("utf-8", errors="replace")
+
+    # --- generation --------------------------------------------------------------------
+    def engine(
+        self,
+        mode: Mode | str | None = None,
+        n_max: int | None = None,
+        p_min: float | None = None,
+        prompt_len: int = 0,
+        repeatable: bool = False,
+    ) -> SpeculativeEngine:
+        """The engine for ``mode`` (a name in ``self.modes``; default: the pair's). ``n_max``
+        and ``p_min`` replace the options' longest draft and draft confidence for this engine
+        (a server request's ``speculative.n_max`` / ``.p_min``); ``prompt_len`` is the reply's
+        prompt (the bench's oracle replays what follows it). ``repeatable``: draft lengths that
+        follow no timing, so a seeded sampled reply repeats (``modes.repeatable``)."""
+        drafting = self.drafting(mode, n_max, repeatable)
+        reply = Reply(prompt_len, self.options.p_min if p_min is None else p_min)
+        return SpeculativeEngine(self.target, drafting.new_drafter(reply), drafting.controller)
+
+    def drafting(self, mode: Mode | str | None = None, n_max: int | None = None, repeatable: bool = False) -> Drafting:
+        """The state of ``mode`` at longest draft ``n_max`` (default: the options'), built on
+        first use: each longest draft keeps a controller of its own, since what it learns
+        (acceptance, measured speed) depends on it. ``repeatable``: the mode's fixed-length
+        form for seeded replies (``modes.repeatable``), kept apart."""
+        spec = self.modes[mode or self.mode]
+        max_k = n_max or self.options.max_k
+        key = (spec, max_k, repeatable)
+        if key not in self._drafting:
+            ctx = self._mode_context(max_k, spec.name)
+            self._drafting[key] = repeatable_mode(spec, ctx, self._costs_at_load) if repeatable else spec.build(ctx)
+        return self._drafting[key]
+
+    def _mode_context(self, max_k: int, mode: str) -> ModeContext:
+        banned = self.compat.banned_draft_ids if self.compat else frozenset()
+        o = self.options
+        return ModeContext(self.target, self.draft, self.costs, max_k, o.adaptive, o.copy, banned, self._prior(mode))
+
+    def _prior(self, mode: str) -> tuple[float, float] | None:
+        """The acceptance prior of ``mode``: what this pair's profile counted here before."""
+        if self.profiles is None:
+            return None
+        profile = self.profiles.get(self._target_key())
+        use = profile.use.get(self._drafting_key(mode)) if profile else None
+        return use.prior() if use else None
+
+    def _draft_history(self) -> list[float]:
+        """The draft passes earlier loads of this pair measured here (the profile's history)."""
+        if self.profiles is None or self.spec.draft is None:
+            return []
+        profile = self.profiles.get(self._draft_key())
+        return profile.draft_pass_history if profile else []
+
+    def _draft_key(self) -> str:
+        plan = self.offload
+        assert self.spec.draft is not None
+        return model_key(self.spec.draft, self.machine, self.options.threads, plan.draft_layers if plan else None)
+
+    def _target_key(self) -> str:
+        plan = self.offload
+        return model_key(self.spec.target, self.machine, self.options.threads, plan.target_layers if plan else None)
+
+    def drafting_state(
+        self, mode: Mode | str | None = None, n_max: int | None = None, params: SamplingParams | None = None
+    ) -> DraftingState:
+        """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
+        a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
+        return explain(self.drafting(mode, n_max, seeded(params)).controller)
+
+    def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
+        return prompt_tokens(self.target, messages, raw)
+
+    def fit(self, messages: Sequence[dict], max_tokens: int, raw: bool = False) -> tuple[list[int], list[dict]]:
+        """Prompt tokens that leave room for the reply (up to a quarter of the context), and
+        the messages they came from: the oldest turns are dropped first, the system prompt
+        and the last message never. With ``overflow="refuse"`` nothing is dropped."""
+        msgs = list(messages)
+        room = reply_room(self.target.n_ctx, max_tokens)
+        while True:
+            ids = self.prompt_tokens(msgs, raw)
+            if len(ids) + room <= self.target.n_ctx:
+                return ids, msgs
+            droppable = [i for i, m in enumerate(msgs[:-1]) if m["role"] != "system"]
+            if self.options.overflow == "refuse" or not droppable:
+                raise ContextOverflow(
+                    f"the conversation is {len(ids)} tokens and the reply needs {room} more; the "
+                    f"context holds {self.target.n_ctx}. Start a new chat, shorten the message, "
+                    "or raise the context size (--ctx)."
+                )
+            del msgs[droppable[0]]
+
+    def chat(
+        self,
+        messages: Sequence[dict],
+        params: SamplingParams = SamplingParams(),
+        max_tokens: int = 512,
+        mode: Mode | str | None = None,
+        raw: bool = False,
+        stop: Sequence[str] = (),
+        n_max: int | None = None,
+        p_min: float | None = None,
+        repeatable: bool | None = None,
+    ) -> Iterator[Step]:
+        """The reply to ``messages`` in ``mode``, step by step; ``n_max`` / ``p_min``: this
+        reply's drafting limits (see ``engine``). A sampled reply with a seed is repeatable
+        (the same seed, the same reply, in this session) unless ``repeatable=False`` (the
+        bench, which measures the adaptive drafting at every temperature)."""
+        ids, _ = self.fit(messages, max_tokens, raw)
+        counted = self.modes[mode or self.mode].counts_as_use  # the bench's modes are not the user's use
+        if repeatable is None:
+            repeatable = seeded(params)
+        with self.lock:
+            engine = self.engine(mode, n_max, p_min, prompt_len=len(ids), repeatable=repeatable)
+            for step in engine.generate(ids, params, max_tokens, stop):
+                if counted:
+                    self._count(mode, step)
+                yield step
+
+    def divergence(self, messages: Sequence[dict], ref: Sequence[int], got: Sequence[int], raw: bool = False):
+        """Where a greedy reply ``got`` parts from the target alone's ``ref`` (None where they
+        are the same): the index, and the target-only top-2 logit gap there. A near-tie means
+        the batched and single-token kernels' numerics; a large gap would be a real bug."""
+        n = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b), None)
+        if n is None:
+            return None if len(ref) == len(got) else {"index": min(len(ref), len(got)), "gap": None}
+        self.reset()
+        ids = self.fit(messages, 1, raw)[0]
+        top2 = np.sort(np.asarray(self.target.sync(ids + list(ref[:n]), n_logits=1)[0]))[-2:]
+        self.reset()
+        return {"index": n, "gap": float(top2[1] - top2[0])}
+
+    def reset(self) -> None:
+        """Empty both KV caches (the next turn is evaluated from scratch)."""
+        for m in (self.target, self.draft):
+            if m is not None:
+                m.truncate(0)
+
+    def _drafting_key(self, mode: str | None) -> str:
+        mode = mode or self.mode
+        return str(Path(self.spec.draft).resolve()) if mode == "draft" and self.spec.draft else mode
+
+    def _count(self, mode: str | None, step: Step) -> None:
+        u = self._use.setdefault(self._drafting_key(mode), Use())
+        u.tokens += len(step.emitted)
+        u.seconds += step.step_seconds
+        u.drafted += len(step.drafted)
+        u.accepted += step.n_accepted
+        u.rejected += step.n_accepted < len(step.drafted)
+
+    def save_profile(self) -> None:
+        """Keep what this pair measured here (the target's curve as refined so far, a draft
+        pass, the use since the last save) for the pair menu and ``localspec doctor``: the
+        load's first save adds this load's measurements to the profile's history, later ones
+        amend them (one load, one entry)."""
+        if self.profiles is None:
+            return
+        try:
+            amend = self._saved
+            verify = self.costs.verify.points()
+            self.profiles.update(self._target_key(), self.spec.target, verify=verify, use=self._use, amend=amend)
+            if self.spec.draft and self.costs.t_draft:
+                own = self.costs.draft.own_seconds  # this load's, not the history it was seeded with
+                self.profiles.update(self._draft_key(), self.spec.draft, draft_pass=own, amend=amend)
+            self._use, self._saved = {}, True
+        except OSError:
+            pass  # a profile is a convenience: a read-only data dir must not stop a chat
+
+    def close(self) -> None:
+        self.save_profile()
+        for m in (self.draft, self.target):
+            if m is not None:
+                m.close()
+
+
+def prompt_tokens(target, messages: Sequence[dict], raw: bool = False) -> list[int]:
+    """The conversation as the target's tokens: its chat template around contents that are
+    plain text (``template_tokens``), or with ``raw`` the text as written, special tokens
+    in it parsed (``--raw`` and ``/v1/completions`` send a prompt in the model's own markup)."""
+    if raw:
+        return target.tokenize("".join(m["content"] for m in messages))
+    return template_tokens(target, messages)
+
+
+def template_tokens(target, messages: Sequence[dict]) -> list[int]:
+    """The chat template's tokens, where only the template's own markup is special: a message
+    holding ``<|im_end|>`` must not end its turn and forge a system or assistant turn of its
+    own, so message contents are tokenized as text.
+
+    The markup is what the template renders with every content replaced by a marker no text
+    holds. When the special tokens of the whole prompt are exactly the markup's, no content
+    added one, and the prompt is tokenized whole as llama.cpp's server would (the same
+    tokens as ever). Otherwise it is tokenized piece by piece: markup with special tokens
+    parsed, each content as plain text."""
+    ids = target.tokenize(target.apply_chat_template(messages), add_bos=False)
+    pieces = template_pieces(target, messages)
+    # a private-use character between markup pieces, as the markers stood: it joins no tokens
+    markup = target.tokenize("\ue000".join(text for text, literal in pieces if not literal), add_bos=False)
+    special = lambda tokens: [t for t in tokens if target.is_special(t)]
+    if special(ids) == special(markup):
+        return ids
+    return literal_tokens(target, pieces)
+
+
+def literal_tokens(target, pieces: Sequence[tuple[str, bool]]) -> list[int]:
+    """``pieces`` tokenized as llama.cpp tokenizes a whole text, but with special tokens
+    parsed in the markup only: it splits the text at special tokens and tokenizes each run
+    of text between them on its own (an SPM vocabulary's space prefix starts each run), so a
+    run here is the markup's text before or after its special tokens joined with the contents
+    beside it, and the tokens are the whole text's wherever no content holds markup."""
+    out: list[int] = []
+    run: list[str] = []  # the text since the last special token
+
+    def end_run() -> None:
+        if any(run):
+            out.extend(target.tokenize("".join(run), add_bos=False, special=False))
+        run.clear()
+
+    for text, literal in pieces:
+        if literal:
+            run.append(text)
+            continue
+        at = 0
+        for token in filter(target.is_special, target.tokenize(text, add_bos=False)):
+            piece = target.token_text(token).decode("utf-8", "replace")
+            found = text.find(piece, at)
+            if found >= 0:  # (not found: text llama.cpp matched otherwise; the token keeps its place)
+                run.append(text[at:found])
+                at = found + len(piece)
+            end_run()
+            out.append(token)
+        run.append(text[at:])
+    end_run()
+    return out
+
+
+def template_pieces(target, messages: Sequence[dict]) -> list[tuple[str, bool]]:
+    """The rendered template as (text, is_content) pieces in order: the markup around each
+    content, and the content itself. The masked render holds no message text at all, so
+    nothing a user writes can pass for markup; markers are private-use characters around a
+    fresh nonce, which no template writes, and which a template that trims its contents
+    leaves whole."""
+    nonce = secrets.token_hex(8)
+    marker = lambda i: f"\ue000{nonce}:{i}\ue001"
+    masked = [{**m, "content": marker(i)} for i, m in enumerate(messages)]
+    parts = re.split(f"\ue000{nonce}:(\\d+)\ue001", target.apply_chat_template(masked))
+    pieces = []
+    for i, part in enumerate(parts):
+        pieces.append((messages[int(part)]["content"], True) if i % 2 else (part, False))
+    return pieces
+
+
+def seeded(params: SamplingParams | None) -> bool:
+    """A sampled reply with a seed: it must repeat, so it drafts a fixed length (modes.repeatable)."""
+    return params is not None and params.seed is not None and not params.greedy
+
+
+def reply_room(n_ctx: int, max_tokens: int) -> int:
+    """Tokens kept free for the reply: what was asked, up to a quarter of the context."""
+    return min(max_tokens, n_ctx // 4)

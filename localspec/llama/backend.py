@@ -1,0 +1,479 @@
+"""llama.cpp through llama-cpp-python's low-level API: the only module that imports llama_cpp.
+
+Why low level: one ``llama_decode`` per verify with logits requested only on the rows the
+verify needs (``batch.logits[i] = 1``), read as numpy views of llama.cpp's own buffer. The
+high-level ``Llama(draft_model=...)`` path forces ``logits_all`` (n_ctx x n_vocab floats,
+recomputed rows) and that is what makes it slower than no speculation at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as L
+import numpy as np
+
+from ..core.options import clamp_threads
+from ..core.protocol import CachedModel, ContextFull
+from .compat import VocabInfo
+from .offload import DEVICE_TYPES, Device
+
+_VOCAB_TYPES = {
+    L.LLAMA_VOCAB_TYPE_NONE: "none",
+    L.LLAMA_VOCAB_TYPE_SPM: "spm",
+    L.LLAMA_VOCAB_TYPE_BPE: "bpe",
+    L.LLAMA_VOCAB_TYPE_WPM: "wpm",
+    L.LLAMA_VOCAB_TYPE_UGM: "ugm",
+    L.LLAMA_VOCAB_TYPE_RWKV: "rwkv",
+}
+_SPECIAL_ATTRS = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
+N_BATCH = 512  # tokens per llama_decode call; prompts longer than this go in chunks
+MAX_LOGIT_ROWS = 64  # most logits rows one evaluation may ask for (verify of k <= 63)
+# llama.cpp allocates at least this many KV cells (GGML_PAD(n_ctx, 256)) and caps n_batch at
+# the n_ctx it is *asked* for; asking for at least this much keeps n_batch >= 256, above any
+# verify (options.MAX_DRAFT + 1 rows), while our own n_ctx stays the one the caller asked for
+MIN_LLAMA_CTX = 256
+_backend_ready = False
+
+
+class ModelLoadError(Exception):
+    pass
+
+
+class BackendError(RuntimeError):
+    """llama.cpp failed, or a call would have reached one of its asserts (which abort the
+    process); the message names the model and what was wrong."""
+
+
+class ChatTemplateError(ValueError):
+    """The model's own chat template failed to render the conversation."""
+
+
+def supports_gpu_offload() -> bool:
+    return bool(L.llama_supports_gpu_offload())
+
+
+# ggml's device API (ggml-backend.h), which llama-cpp-python does not bind: argument and
+# result types for ctypes. ggml_backend_dev_t is an opaque pointer.
+_GGML_SIGNATURES = {
+    "ggml_backend_dev_count": ([], ctypes.c_size_t),
+    "ggml_backend_dev_get": ([ctypes.c_size_t], ctypes.c_void_p),
+    "ggml_backend_dev_name": ([ctypes.c_void_p], ctypes.c_char_p),
+    "ggml_backend_dev_description": ([ctypes.c_void_p], ctypes.c_char_p),
+    "ggml_backend_dev_memory": (
+        [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
+        None,
+    ),
+    "ggml_backend_dev_type": ([ctypes.c_void_p], ctypes.c_int),
+}
+_GGML_NAMES = ("libggml.so", "libggml.dylib", "ggml.dll", "libggml.dll")
+
+
+def backend_devices() -> list[Device]:
+    """ggml's backend devices (CPU, CUDA0, Metal, ...) with free and total memory as llama.cpp
+    sees them; [] where the ggml library or its device API cannot be reached."""
+    return device_report()[0]
+
+
+def device_report() -> tuple[list[Device], str | None]:
+    """(devices, why the list is empty or incomplete, else None). Never raises."""
+    try:
+        _init_backend(_verbose)
+        ggml, why = _ggml_device_api()
+        if ggml is None:
+            return [], why
+        handles = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
+        return [_device(ggml, h) for h in handles if h], None  # NULL: never dereference it
+    except (OSError, AttributeError, ValueError) as e:  # ctypes' failures
+        return [], f"reading ggml's devices failed: {e}"
+
+
+def _ggml_device_api():
+    """(the ggml library with its device functions typed, None) or (None, why)."""
+    lib_dir = Path(getattr(L.llama_cpp, "_base_path", Path(L.__file__).parent / "lib"))
+    found = [lib_dir / n for n in _GGML_NAMES if (lib_dir / n).exists()]
+    candidates: list[Callable[[], ctypes.CDLL]] = [functools.partial(ctypes.CDLL, str(p)) for p in found]
+    # libllama links libggml: a symbol lookup on its handle searches ggml too (static builds)
+    candidates.append(lambda: L.llama_cpp._lib)
+    problems = [] if found else [f"no ggml library in {lib_dir}"]
+    for load in candidates:
+        try:
+            lib = load()
+            for fn, (args, res) in _GGML_SIGNATURES.items():
+                f = getattr(lib, fn)
+                f.argtypes, f.restype = args, res
+            return lib, None
+        except (OSError, AttributeError) as e:
+            problems.append(str(e))
+    return None, "ggml's device API is not reachable: " + "; ".join(problems)
+
+
+def _device(ggml, dev) -> Device:
+    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+    kind = int(ggml.ggml_backend_dev_type(dev))
+    return Device(
+        name=(ggml.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
+        description=(ggml.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
+        type=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else f"type {kind}",
+        free_bytes=int(free.value),
+        total_bytes=int(total.value),
+    )
+
+
+def build_info() -> dict:
+    """What this llama.cpp build is: version, GPU offload, CPU features, device limit.
+    A field that cannot be read is None, with the reason under ``errors``."""
+    info: dict = {"llama_cpp_python": getattr(L, "__version__", None), "errors": {}}
+    fields = {
+        "gpu_offload": supports_gpu_offload,
+        "system_info": lambda: L.llama_print_system_info().decode("utf-8", "replace").strip(),
+        "max_devices": lambda: int(L.llama_max_devices()),
+    }
+    for key, read in fields.items():
+        try:
+            info[key] = read()
+        except (AttributeError, OSError, ValueError) as e:
+            info[key] = None
+            info["errors"][key] = str(e)
+    return info
+
+
+_recent_errors: list[str] = []  # llama.cpp's last error lines, quoted when a load fails
+_verbose = False
+
+
+@L.llama_log_callback
+def _log(level: int, text: bytes, user_data) -> None:
+    """llama.cpp logs to stderr by default; we keep its errors for our messages and print
+    the rest only with verbose on (level 2 = warning, 3 = error)."""
+    line = text.decode("utf-8", "replace")
+    if level == 3:
+        _recent_errors.append(line.strip())
+        del _recent_errors[:-5]
+    if _verbose:
+        print(line, end="", file=sys.stderr)
+
+
+def _init_backend(verbose: bool) -> None:
+    global _backend_ready, _verbose
+    _verbose = verbose
+    L.llama_log_set(_log, ctypes.c_void_p(0))
+    if not _backend_ready:
+        L.llama_backend_init()
+        _backend_ready = True
+
+
+def _chunks(n: int, n_logits: int, n_batch: int = N_BATCH) -> list[tuple[int, int]]:
+    """Batches of at most n_batch tokens, the last one holding every row that needs logits
+    (so n_logits <= n_batch: llama.cpp asserts n_tokens <= n_batch in llama_decode)."""
+    bounds = list(range(0, n, n_batch)) + [n]
+    if len(bounds) > 2 and n - bounds[-2] < n_logits:
+        bounds[-2] = n - n_logits
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+class LlamaModel(CachedModel):
+    """One GGUF model with one context (sequence 0)."""
+
+    def __init__(self, path: Path, model, ctx, n_ctx: int) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.name = self.path.name
+        self._model = model
+        self._ctx = ctx
+        self._vocab = L.llama_model_get_vocab(model)
+        self._mem = L.llama_get_memory(ctx)
+        self.n_vocab = int(L.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx = n_ctx
+        self.n_ctx_train = int(L.llama_model_n_ctx_train(model))
+        # what llama.cpp made of our request (it caps n_batch at the n_ctx asked for, and
+        # asserts n_tokens <= n_batch in every llama_decode): each decode is chunked by this
+        self.n_batch = min(int(L.llama_n_batch(ctx)), N_BATCH)
+        self._batch = L.llama_batch_init(N_BATCH, 0, 1)
+        self._piece = ctypes.create_string_buffer(256)
+        self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str,
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        gpu_layers: int | None = None,
+        verbose: bool = False,
+    ) -> LlamaModel:
+        """``n_ctx`` is capped at the model's trained context; ``threads`` at this machine's
+        CPUs (more make llama.cpp's workers spin-wait on each other)."""
+        path = Path(path)
+        if not path.is_file():  # also a device or a FIFO, which llama.cpp would block on
+            why = "no such file" if not path.exists() else "not a regular file"
+            raise ModelLoadError(f"{path}: {why}")
+        if n_ctx < 1:
+            raise ValueError(f"n_ctx must be at least 1 (got {n_ctx})")
+        _init_backend(verbose)
+        model = _load_model(path, gpu_layers)
+        if L.llama_vocab_type(L.llama_model_get_vocab(model)) == L.LLAMA_VOCAB_TYPE_NONE:
+            L.llama_model_free(model)  # tokenizing would abort in llama.cpp
+            raise ModelLoadError(
+                f"{path}: the file has no tokenizer (vocabulary); localspec needs a model with its tokenizer"
+            )
+        n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
+        ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads))
+        if not ctx:
+            L.llama_model_free(model)
+            raise ModelLoadError(f"{path}: could not create a context of {n_ctx} tokens (out of memory?)")
+        return cls(path, model, ctx, min(n_ctx, int(L.llama_n_ctx(ctx))))
+
+    # --- the two primitives --------------------------------------------------------------
+    def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
+        self._check_decode(tokens, start, n_logits)
+        b = self._batch
+        n = len(tokens)
+        for lo, hi in _chunks(n, n_logits, self.n_batch):
+            first_row = n - n_logits  # tokens from here on need logits
+            for i, t in enumerate(tokens[lo:hi]):
+                b.token[i] = t
+                b.pos[i] = start + lo + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = 0
+                b.logits[i] = lo + i >= first_row
+            b.n_tokens = hi - lo
+            rc = L.llama_decode(self._ctx, b)
+            if rc != 0:
+                # a failed decode may leave part of the batch in the cache: drop it
+                L.llama_memory_seq_rm(self._mem, 0, start, -1)
+                raise BackendError(f"{self.name}: llama_decode failed ({rc}) at position {start + lo}")
+        return [self._logits(b.n_tokens - n_logits + j) for j in range(n_logits)]
+
+    def _logits(self, row: int) -> np.ndarray:
+        """A view of llama.cpp's logits buffer: valid until the next decode, no copy."""
+        ptr = L.llama_get_logits_ith(self._ctx, row)
+        if not ptr:  # an embedding-only model has no logits
+            raise BackendError(f"{self.name}: llama.cpp returned no logits (not a text-generation model?)")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def _check_decode(self, tokens: Sequence[int], start: int, n_logits: int) -> None:
+        """What llama_decode would assert on (or reject with a log line only), as exceptions:
+        rows with logits within the batch and the reserved outputs, positions within the
+        context, token ids within the vocabulary."""
+        n = len(tokens)
+        if not 1 <= n_logits <= min(n, self.n_batch, MAX_LOGIT_ROWS):
+            raise BackendError(
+                f"{self.name}: {n_logits} logit rows asked for {n} tokens; one "
+                f"evaluation gives 1 to {min(self.n_batch, MAX_LOGIT_ROWS)}"
+            )
+        if start < 0 or start + n > self.n_ctx:
+            raise ContextFull(
+                f"{self.name}: positions {start}..{start + n - 1} are outside the context of {self.n_ctx} tokens"
+            )
+        ids = np.asarray(tokens, dtype=np.int64)
+        bad = ids[(ids < 0) | (ids >= self.n_vocab)]
+        if bad.size:
+            raise BackendError(f"{self.name}: token id {int(bad[0])} is outside the vocabulary (0..{self.n_vocab - 1})")
+
+    def _remove(self, start: int) -> None:
+        start = max(0, start)  # p0 < 0 would mean "from the first position" to llama.cpp too
+        if not L.llama_memory_seq_rm(self._mem, 0, start, -1):
+            # recurrent/hybrid caches cannot drop a tail: start over from the kept tokens
+            kept = self.cached[:start]
+            L.llama_memory_clear(self._mem, True)
+            self.cached = []
+            if kept:
+                self._decode(kept, 0, 1)
+                self.cached = kept
+
+    # --- tokens ------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
+        data = text.encode("utf-8", errors="replace")  # lone surrogates from a bad paste
+        if len(data) > _MAX_TEXT_BYTES:
+            raise BackendError(
+                f"the text is {len(data):,} bytes; llama.cpp tokenizes at most {_MAX_TEXT_BYTES:,} at once"
+            )
+        add_bos = add_bos and self._can_add_special()
+        cap = len(data) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos, special)
+        return list(buf[:n])
+
+    def _can_add_special(self) -> bool:
+        """llama.cpp asserts when asked to add a BOS, EOS or SEP token the model asks for but
+        does not have (an id out of its vocabulary is disabled at load): then add none."""
+        v = self._vocab
+        wanted = (
+            (L.llama_vocab_get_add_bos, L.llama_vocab_bos),
+            (L.llama_vocab_get_add_eos, L.llama_vocab_eos),
+            (L.llama_vocab_get_add_sep, L.llama_vocab_sep),
+        )
+        return all(not add(v) or token(v) != L.LLAMA_TOKEN_NULL for add, token in wanted)
+
+    def _check_id(self, token: int) -> None:
+        # llama.cpp looks ids up with std::vector::at: out of range it throws through C and aborts
+        if not 0 <= token < self.n_vocab:
+            raise BackendError(f"{self.name}: token id {token} is outside the vocabulary (0..{self.n_vocab - 1})")
+
+    def token_bytes(self, token: int) -> bytes:
+        self._check_id(token)
+        n = L.llama_token_to_piece(self._vocab, token, self._piece, len(self._piece), 0, False)
+        if n < 0:
+            big = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self._vocab, token, big, -n, 0, False)
+            return big.raw[:n]
+        return self._piece.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token]) if 0 <= token < self.n_vocab else False
+
+    def is_special(self, token: int) -> bool:
+        """A token llama.cpp makes from its text only when asked to parse special tokens
+        (control, user-defined and unknown ones: its ``cache_special_tokens``)."""
+        return bool(self._special[token]) if 0 <= token < self.n_vocab else False
+
+    @functools.cached_property
+    def _special(self) -> np.ndarray:
+        v = self._vocab  # read once, on the first prompt or pair check
+        return np.array([bool(L.llama_vocab_get_attr(v, i) & _SPECIAL_ATTRS) for i in range(self.n_vocab)])
+
+    def token_text(self, token: int) -> bytes:
+        self._check_id(token)
+        return L.llama_vocab_get_text(self._vocab, token) or b""
+
+    def vocab_info(self) -> VocabInfo:
+        v = self._vocab
+        special = frozenset(int(i) for i in np.flatnonzero(self._special))
+        return VocabInfo(
+            vocab_type=_VOCAB_TYPES.get(L.llama_vocab_type(v), str(L.llama_vocab_type(v))),
+            n_vocab=self.n_vocab,
+            bos=int(L.llama_vocab_bos(v)),
+            eos=int(L.llama_vocab_eos(v)),
+            add_bos=bool(L.llama_vocab_get_add_bos(v)),
+            add_eos=bool(L.llama_vocab_get_add_eos(v)),
+            tokens=[self.token_text(i) for i in range(self.n_vocab)],
+            special=special,
+        )
+
+    # --- chat template -----------------------------------------------------------------------
+    def chat_template(self) -> str | None:
+        t = L.llama_model_chat_template(self._model, None)
+        return t.decode("utf-8") if t else None
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> str:
+        """The GGUF's own Jinja template (as transformers renders it); ChatML when it has none."""
+        if not self.chat_template():
+            out = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+            return out + "<|im_start|>assistant\n"
+        try:
+            return self._formatter(messages=list(messages)).prompt
+        except Exception as e:  # the template is the file's code: any Jinja error, any exception
+            raise ChatTemplateError(
+                f"{self.name}: the model's chat template failed ({type(e).__name__}: {e}); "
+                "use --raw to send the text as it is, or another GGUF of the model"
+            ) from None
+
+    @functools.cached_property
+    def _formatter(self) -> Callable[..., Any]:
+        """The template compiled once (a few ms each time: a prompt renders it twice)."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        piece = lambda tok: self.token_text(tok).decode("utf-8", "replace") if tok >= 0 else ""
+        return Jinja2ChatFormatter(
+            self.chat_template() or "",
+            eos_token=piece(L.llama_vocab_eos(self._vocab)),
+            bos_token=piece(L.llama_vocab_bos(self._vocab)),
+        )
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        L.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode("utf-8", "replace")
+
+    @property
+    def file_size(self) -> int:
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        if self._ctx:
+            L.llama_batch_free(self._batch)
+            L.llama_free(self._ctx)
+            L.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __del__(self) -> None:  # best effort; close() is the real API
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+# llama_tokenize takes the text length as int32
+_MAX_TEXT_BYTES = 2**31 - 1
+
+
+def _load_model(path: Path, gpu_layers: int | None):
+    mparams = L.llama_model_default_params()
+    if gpu_layers is None:
+        gpu_layers = -1 if supports_gpu_offload() else 0
+    mparams.n_gpu_layers = 999 if gpu_layers < 0 else min(gpu_layers, 2**31 - 1)
+    # Read the weights instead of mmapping them: llama.cpp repacks Q4_K tensors into a
+    # CPU-friendly layout, and with mmap the original pages stay resident as well (RSS was
+    # file + 53 % for the Q4 1.5B target; read in, it is file + KV cache + 10 %).
+    mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
+    _recent_errors.clear()
+    model = L.llama_model_load_from_file(str(path).encode(), mparams)
+    if not model:
+        why = "; ".join(e for e in _recent_errors if e) or "not a GGUF it supports"
+        raise ModelLoadError(f"{path}: llama.cpp could not load this file ({why})")
+    return model
+
+
+def _context_params(n_ctx: int, threads: int | None):
+    cparams = L.llama_context_default_params()
+    # n_batch = min(n_ctx asked, n_batch) in llama.cpp: ask for the cells it allocates anyway
+    cparams.n_ctx = max(n_ctx, MIN_LLAMA_CTX)
+    cparams.n_batch = N_BATCH
+    cparams.n_ubatch = N_BATCH
+    cparams.n_seq_max = 1
+    # logits rows per batch: a verify needs k+1 <= 33; the default (n_batch) makes
+    # llama.cpp reserve n_batch x n_vocab floats (311 MB for a 152k vocabulary)
+    cparams.n_outputs_max = MAX_LOGIT_ROWS
+    n_threads, _ = clamp_threads(threads)
+    cparams.n_threads = n_threads
+    cparams.n_threads_batch = n_threads
+    cparams.no_perf = True
+    return cparams
+
+
+# --- quantizing ----------------------------------------------------------------------------
+_QUANT_FTYPES = {
+    "Q4_K_M": L.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    "Q8_0": L.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "F16": L.LLAMA_FTYPE_MOSTLY_F16,
+}
+
+
+class QuantizeError(Exception):
+    """llama.cpp's quantizer refused or failed; the message names both files."""
+
+
+def quantize(src: Path, dst: Path, ftype: str = "Q4_K_M", threads: int | None = None) -> None:
+    """Quantize a GGUF with llama.cpp's own quantizer (what ``llama-quantize`` runs), so a file
+    made here has the same per-tensor types (Q4_K, Q6_K, fallbacks) as a published one."""
+    if ftype.upper() not in _QUANT_FTYPES:
+        raise ValueError(f"unknown quantization {ftype!r}; known: {', '.join(_QUANT_FTYPES)}")
+    _init_backend(False)
+    params = L.llama_model_quantize_default_params()
+    params.ftype = _QUANT_FTYPES[ftype.upper()]
+    params.nthread = threads or 0  # 0: llama.cpp uses every hardware thread
+    _recent_errors.clear()
+    rc = L.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    if rc != 0:
+        why = "; ".join(e for e in _recent_errors if e) or f"llama_model_quantize returned {rc}"
+        raise QuantizeError(f"quantizing {src} to {ftype} as {dst} failed ({why})")

@@ -1,0 +1,351 @@
+"""The catalog of target/draft pairs: the built-in ``catalog.toml`` plus the user's own file.
+
+Both files share one schema (see the comment at the top of ``catalog.toml``): ``[models.ID]``
+tables for single GGUF files and ``[[pairs]]`` that name a target and its drafts by model id.
+The built-in file must be valid (a broken one is a bug: ``CatalogError``). The user file is
+checked entry by entry: a bad entry is skipped with a warning naming the file, the entry and
+the field, a copy of the file is kept aside, and everything else still works.
+
+``models import`` appends a table to the user file's text (tomli_w renders it) under the file's
+lock (``lockedfile``), and checks that the result reads back before it replaces the file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..lockedfile import locked, write_atomic
+from ..settings import backup_file, config_dir
+
+BUILTIN_NAME = "catalog.toml"
+
+
+class ModelRef(BaseModel):
+    """One GGUF file: where the hub has it, and what the menu says about it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    repo: str = Field(default="", description="Hugging Face repo id; empty for a local-only (imported) model.")
+    filename: str = Field(description="File name in the repo (and on disk).")
+    quant: str = Field(description="Quantization, e.g. Q4_K_M.")
+    size_bytes: int = Field(ge=0, description="File size; exact when sha256 is pinned, else approximate.")
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="Pinned digest, if known.")
+    params: str = Field(description='Parameter count as people say it, e.g. "1.5B".')
+    family: str = Field(description="Model family; drafts come from the same family.")
+    kv_bytes_per_token: int = Field(0, ge=0, description="F16 K+V cache bytes per context token.")
+    path: Path | None = Field(None, description="Local file for imported models.")
+
+
+class Pair(BaseModel):
+    """A target with the drafts known to share its vocabulary (first = default)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    family: str
+    target: ModelRef
+    drafts: list[ModelRef]
+    good_for: str
+    license: str
+    memory_bytes: int = Field(description="Target + default draft + KV cache of both at the default context.")
+
+
+class _PairEntry(BaseModel):
+    """A pair as written in a file: models by id."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    name: str
+    family: str
+    target: str
+    drafts: list[str] = Field(min_length=1)
+    good_for: str = ""
+    license: str = ""
+
+
+class CatalogError(Exception):
+    pass
+
+
+class UnknownPair(KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class Catalog:
+    def __init__(self, pairs: list[Pair], default_pair_id: str, models: dict[str, ModelRef]) -> None:
+        self.pairs = pairs
+        self.default_pair_id = default_pair_id
+        self.models = models  # every single model by id, built-in and user's
+
+    def get(self, pair_id: str) -> Pair:
+        for pair in self.pairs:
+            if pair.id == pair_id:
+                return pair
+        known = ", ".join(p.id for p in self.pairs)
+        raise UnknownPair(f"no pair {pair_id!r} in the catalog; known pairs: {known}")
+
+    @property
+    def default(self) -> Pair:
+        return self.get(self.default_pair_id)
+
+
+def user_catalog_path() -> Path:
+    return config_dir() / "catalog.toml"
+
+
+def load_catalog(settings, user_path: Path | None = None) -> tuple[Catalog, list[str]]:
+    """(catalog, warnings). Never raises for a bad user file; raises CatalogError for a bad built-in."""
+    raw = tomllib.loads(resources.files(__package__).joinpath(BUILTIN_NAME).read_text(encoding="utf-8"))
+    models, pairs_raw, problems = _models_and_pairs(raw, BUILTIN_NAME)
+    default_id = raw.get("default_pair")
+    user_path = user_path or user_catalog_path()
+    user_problems: list[str] = []
+    user_notes: list[str] = []
+    if user_path.exists():
+        user_raw, user_problems, user_notes = _read_user_file(user_path)
+        u_models, u_pairs, entry_problems = _models_and_pairs(user_raw, str(user_path))
+        models.update(u_models)
+        pairs_raw = {**pairs_raw, **u_pairs}
+        default_id = user_raw.get("default_pair", default_id)
+        user_problems += entry_problems
+    pairs, ref_problems = _resolve_pairs(pairs_raw, models, settings.n_ctx)
+    for p in problems + [p for p in ref_problems if p.startswith(BUILTIN_NAME)]:
+        raise CatalogError(f"built-in catalog is broken: {p}")
+    user_problems += ref_problems
+    warnings = user_notes + user_problems
+    if user_problems:
+        warnings.append(f"a copy of {user_path} was kept as {_backup_once(user_path)}; the other entries are in use")
+    default_id, note = _pick_default(pairs, default_id, settings.default_pair)
+    return Catalog(pairs, default_id, models), warnings + note
+
+
+def _pick_default(pairs: list[Pair], from_files, from_settings: str | None) -> tuple[str, list[str]]:
+    """Settings win over the catalog files; an unknown id is reported and skipped."""
+    ids = [p.id for p in pairs]
+    for source, wanted in (("settings: default_pair", from_settings), ("catalog: default_pair", from_files)):
+        if wanted is None:
+            continue
+        if wanted in ids:
+            return wanted, []
+        fallback = from_files if from_files in ids else ids[0]
+        return fallback, [f"{source} {wanted!r} is not in the catalog; using {fallback!r}"]
+    return ids[0], []
+
+
+def _backup_once(path: Path) -> Path:
+    """settings.backup_file, unless an identical copy was already kept (a bad file is met at every start)."""
+    content = path.read_bytes()
+    for old in sorted(path.parent.glob(f"{path.name}.bad-*")):
+        if old.read_bytes() == content:
+            return old
+    return backup_file(path)
+
+
+def _read_user_file(path: Path) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(parsed file, problems, notes): a problem gets the file copied aside, a note is only said."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        return {}, [f"{path}: not valid TOML ({e}); the whole file was ignored"], []
+    try:
+        return tomllib.loads(text), [], []
+    except tomllib.TOMLDecodeError as e:
+        repaired = _repair_user_file(path, text)
+        if repaired:
+            return repaired[0], [], [repaired[1]]
+        return {}, [f"{path}: not valid TOML ({e}); the whole file was ignored"], []
+
+
+# An older localspec wrote a model id with json.dumps, which escapes a character beyond U+FFFF as
+# a UTF-16 surrogate pair ("\ud83d\ude00" for 😀); TOML refuses that (an escape must name a
+# character), so the whole file stopped loading. Only its own table headers had such escapes.
+_OLD_HEADER = re.compile(r'^(\[models\.)("(?:[^"\\\n]|\\.)*")(\][ \t]*\r?)$', re.M)
+_ESCAPE = re.compile(r"\\(?:u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|.)", re.I)
+
+
+def repair_surrogate_escapes(text: str) -> tuple[str, list[str]]:
+    """(text, the ids repaired): each surrogate pair escape in a ``[models."..."]`` header made
+    the character it stands for; everything else is left as it was, byte for byte."""
+    repaired: list[str] = []
+
+    def header(m: re.Match[str]) -> str:
+        key = _ESCAPE.sub(_decode_pair, m[2])
+        if key != m[2]:
+            repaired.append(key)
+        return m[1] + key + m[3]
+
+    return _OLD_HEADER.sub(header, text), repaired
+
+
+def _decode_pair(m: re.Match[str]) -> str:
+    if not m[1]:
+        return m[0]  # any other escape, "\\" included, stays
+    high, low = int(m[1], 16), int(m[2], 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+
+
+def _repair_user_file(path: Path, text: str) -> tuple[dict[str, Any], str] | None:
+    """The file parsed after repair_surrogate_escapes, and a note saying so; None when that does
+    not make it valid. The damaged file is copied aside, then replaced with the repaired text."""
+    fixed, ids = repair_surrogate_escapes(text)
+    if not ids:
+        return None
+    try:
+        raw = tomllib.loads(fixed)
+    except tomllib.TOMLDecodeError:
+        return None
+    names = ", ".join(repr(tomllib.loads(f"k = {k}")["k"]) for k in ids)
+    said = f"{path}: the model ids {names} were written by an older localspec in a form TOML refuses"
+    try:
+        with locked(path):
+            if path.read_text(encoding="utf-8") != text:  # another process repaired (or changed) it meanwhile
+                return raw, f"{said}; read them repaired"
+            backup = _backup_once(path)
+            write_atomic(path, fixed)
+    except OSError as e:
+        return raw, f"{said}; read them repaired, but the file could not be rewritten ({e})"
+    return raw, f"{said}; repaired them in the file, and kept the original as {backup}"
+
+
+def _models_and_pairs(
+    raw: dict, source: str
+) -> tuple[dict[str, ModelRef], dict[str, tuple[str, _PairEntry]], list[str]]:
+    """Validate each entry on its own. Returns models by id, pairs by id (with where they came from)."""
+    problems: list[str] = []
+    unknown = set(raw) - {"default_pair", "models", "pairs"}
+    problems += [
+        f"{source}: top level: unknown key {k!r} (expected default_pair, models, pairs)" for k in sorted(unknown)
+    ]
+    models: dict[str, ModelRef] = {}
+    raw_models, raw_pairs = raw.get("models") or {}, raw.get("pairs") or []
+    if not isinstance(raw_models, dict) or not isinstance(raw_pairs, list):
+        return {}, {}, problems + [f"{source}: top level: 'models' must be tables and 'pairs' an array of tables"]
+    for model_id, entry in raw_models.items():
+        try:
+            models[model_id] = ModelRef.model_validate(entry)
+        except ValidationError as e:
+            problems += _describe(source, f"models.{model_id}", e)
+    pairs: dict[str, tuple[str, _PairEntry]] = {}
+    for i, entry in enumerate(raw_pairs):
+        where = f"pairs[{i}]" + (f" (id {entry['id']!r})" if isinstance(entry, dict) and "id" in entry else "")
+        try:
+            pair = _PairEntry.model_validate(entry)
+        except ValidationError as e:
+            problems += _describe(source, where, e)
+            continue
+        pairs[pair.id] = (f"{source}: {where}", pair)
+    return models, pairs, problems
+
+
+def _describe(source: str, where: str, e: ValidationError) -> list[str]:
+    out = []
+    for err in e.errors():
+        field = ".".join(str(x) for x in err["loc"]) or "(entry)"
+        out.append(f"{source}: {where}: field {field!r}: {err['msg']} (got {err.get('input')!r}); entry skipped")
+    return out
+
+
+def _resolve_pairs(pairs_raw: dict, models: dict[str, ModelRef], n_ctx: int) -> tuple[list[Pair], list[str]]:
+    pairs, problems = [], []
+    for where, entry in pairs_raw.values():
+        missing = [
+            (f, m) for f, ms in (("target", [entry.target]), ("drafts", entry.drafts)) for m in ms if m not in models
+        ]
+        if missing:
+            problems += [f"{where}: field {f!r}: no model {m!r} in the catalog; entry skipped" for f, m in missing]
+            continue
+        target, drafts = models[entry.target], [models[d] for d in entry.drafts]
+        pairs.append(
+            Pair(
+                id=entry.id,
+                name=entry.name,
+                family=entry.family,
+                target=target,
+                drafts=drafts,
+                good_for=entry.good_for,
+                license=entry.license,
+                memory_bytes=memory_estimate(target, drafts[0], n_ctx),
+            )
+        )
+    return pairs, problems
+
+
+def memory_estimate(target: ModelRef, draft: ModelRef | None, n_ctx: int) -> int:
+    """Weights plus F16 KV cache of both models at n_ctx; compute buffers not included."""
+    total = target.size_bytes + target.kv_bytes_per_token * n_ctx
+    if draft is not None:
+        total += draft.size_bytes + draft.kv_bytes_per_token * n_ctx
+    return total
+
+
+def toml_entry(model_id: str, ref: ModelRef) -> str:
+    """A ``[models.ID]`` table for the user file, rendered by tomli_w (any id quoted as TOML wants it)."""
+    fields = {k: str(v) if isinstance(v, Path) else v for k, v in ref.model_dump(exclude_none=True).items()}
+    if not fields.get("repo"):
+        fields.pop("repo", None)
+    text = tomli_w.dumps({"models": {model_id: fields}})
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # half a UTF-16 pair: what Python makes of bytes that are not UTF-8
+        raise CatalogError(
+            f"{model_id!r}: the id or the file's path is not valid text (UTF-8); "
+            "choose another --name or rename the file"
+        ) from None
+    return text
+
+
+def add_user_model(model_id: str, ref: ModelRef, path: Path | None = None) -> Path:
+    """Append one model to the user catalog, keeping whatever the user wrote there (comments
+    too: the new table is added to the text, never re-rendered from parsed data). The file's
+    lock is held from the read to the replace, so two imports at once both land."""
+    path = path or user_catalog_path()
+    entry = toml_entry(model_id, ref)
+    with locked(path):
+        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+        try:
+            models = tomllib.loads(existing).get("models") or {}
+        except tomllib.TOMLDecodeError as e:
+            raise CatalogError(
+                f"{path}: not valid TOML ({e}); nothing was changed. Fix the file or move it aside, then import again"
+            ) from None
+        if isinstance(models, dict) and model_id in models:  # anything else is refused by _reads_back
+            raise CatalogError(f"{path}: a model {model_id!r} is already there; choose another --name")
+        text = existing + _separator(existing) + entry
+        problem = _reads_back(text, model_id, ref)
+        if problem:
+            raise CatalogError(
+                f"{path}: with {model_id!r} added the file would not read back ({problem}); nothing was changed"
+            )
+        write_atomic(path, text)
+    return path
+
+
+def _reads_back(text: str, model_id: str, ref: ModelRef) -> str | None:
+    """None when ``text`` parses and holds ``ref`` under ``model_id``, else what is wrong.
+    Appending can still break a file that parses: a ``models = {...}`` inline table, say."""
+    try:
+        added = (tomllib.loads(text).get("models") or {}).get(model_id)
+        if added is None:
+            return f"no model {model_id!r} in it"
+        if ModelRef.model_validate(added) != ref:
+            return f"{model_id!r} reads as {added!r}"
+    except (tomllib.TOMLDecodeError, ValidationError, AttributeError) as e:
+        return str(e)
+    return None
+
+
+def _separator(existing: str) -> str:
+    """A blank line between the user's text and the new table."""
+    if not existing or existing.endswith("\n\n"):
+        return ""
+    return "\n" if existing.endswith("\n") else "\n\n"

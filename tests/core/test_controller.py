@@ -1,0 +1,679 @@
+"""The controller: k from measured costs, probes and the measured guard, and convergence to the
+best k for the true cost curve on timed fakes (a virtual clock: the timings are exact)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from localspec.core import costs as costs_module
+from localspec.core.budget import EXPLORE_EVERY, EXPLORE_SHARE
+from localspec.core.controller import (
+    OPENING_STEPS,
+    PROBE_K,
+    RECHECK_SAMPLES,
+    TRY_SHARE,
+    AdaptiveController,
+    FixedController,
+)
+from localspec.core.costs import READ_MIN, CostModel, calibrate, expected_tokens, speeds, step_seconds
+from localspec.core.drafters import ModelDrafter, NoDrafter
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS
+from localspec.core.explain import explain
+from localspec.core.modes import Drafting, ModeContext, Reply, draft_model, prompt_lookup, target_alone
+from localspec.core.sampling import SamplingParams
+from tests.support.fakes import (
+    FakeModel,
+    NoisyOracleDrafter,
+    ScriptedDrafter,
+    TimedModel,
+    VirtualClock,
+    hashed_logits,
+    oracle_greedy,
+)
+
+V = 50
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [5, 6, 7, 8, 9, 10]
+
+
+CHEAP = {1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8, 17: 3.0}  # a memory-bound target: a verify row nearly free
+LINEAR = {n: float(n) for n in range(1, 18)}  # a compute-bound one: every row a whole pass
+
+
+class TestSpeeds:
+    def test_one_formula_for_every_k(self):
+        costs = CostModel({1: 1.0, 2: 1.1, 4: 1.4, 8: 2.0}, t_draft=0.1)
+        rates = speeds(costs, 0.8, 10)
+        for k in range(11):
+            assert rates[k] == pytest.approx(expected_tokens(0.8, k) / (k * 0.1 + costs.T(k + 1)))
+        assert speeds(costs, 1.0, 3)[3] == pytest.approx(4 / (0.3 + costs.T(4)))
+        assert speeds(costs, 0.8, 4, t_draft=0.0)[2] == pytest.approx(expected_tokens(0.8, 2) / costs.T(3))
+        assert AdaptiveController(costs, 10).speeds(0.8) == pytest.approx(rates)
+
+
+class TestChoice:
+    def test_backs_off_when_verify_is_expensive(self):
+        # compute-bound target: T(n) = n, drafting costs 0.3 per token, acceptance ~0.5
+        c = AdaptiveController(CostModel(LINEAR, t_draft=0.3), max_k=8)
+        for _ in range(30):
+            c.observe(4, 2)
+        assert c.choose().k == 0
+
+    def test_drafts_long_when_verify_is_cheap(self):
+        c = AdaptiveController(CostModel({1: 1.0, 2: 1.05, 4: 1.31, 8: 1.83, 16: 3.0}, t_draft=0.1), max_k=16)
+        for _ in range(30):
+            c.observe(8, 8)
+            c.observe(8, 6)
+        choice = c.choose()
+        assert 4 <= choice.k <= 16 and choice.predicted_speedup > 1.5
+
+
+class TestReach:
+    """A draft mode's controller lets a run the draft is sure of go past k (MarginalRule)."""
+
+    CHEAP = {1: 1.0, 2: 1.0, 3: 1.09, 4: 1.15, 5: 1.24, 6: 1.28, 7: 1.61, 8: 1.69, 9: 1.74, 16: 2.55}
+
+    def test_reach_is_the_longest_draft_while_drafting_and_nothing_otherwise(self):
+        on = AdaptiveController(CostModel(self.CHEAP, t_draft=0.2), max_k=16, reach=True)
+        assert 0 < on.choose().k < 16 and on.choose().reach == 16
+        assert AdaptiveController(CostModel(self.CHEAP, t_draft=0.2), max_k=16).choose().reach == 0
+        assert FixedController(CostModel(self.CHEAP, t_draft=0.2), 4).choose().reach == 0
+        off = AdaptiveController(CostModel(LINEAR, t_draft=0.5), max_k=16, reach=True)
+        assert off.choose().k == 0 and off.choose().reach == 0
+
+    def test_a_sure_run_goes_past_k_but_never_past_the_reply_s_budget(self):
+        def certain(history):
+            z = np.full(V, -20.0, dtype=np.float32)
+            z[1 + (len(history) * 7) % (V - 1)] = 20.0
+            return z
+
+        target, draft = FakeModel(certain, V), FakeModel(certain, V)
+        # (no copies: the reply repeats, and copies run as far as their match anyway)
+        mode = draft_model(ModeContext(target, draft, CostModel(self.CHEAP, t_draft=0.2), max_k=16, copy=False))
+        engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(PROMPT))), mode.controller)
+        steps = list(engine.generate(list(PROMPT), GREEDY, 40))
+        assert [t for s in steps for t in s.emitted] == oracle_greedy(certain, PROMPT, 40)
+        assert max(len(s.drafted) - s.k for s in steps) > 0  # runs went past the controller's k
+        budget = 40
+        for s in steps:
+            assert len(s.drafted) <= budget - 1  # drafting past the budget is wasted work
+            budget -= len(s.emitted)
+        # and no draft pass was spent past it: the draft model read at most the reply's tokens
+        assert len(draft.cached) <= len(PROMPT) + 40
+
+
+class TestPriors:
+    def test_the_prior_sets_where_drafting_starts(self):
+        # a verify row at 0.3 of a pass: drafting pays above about alpha 0.55
+        costs = CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15)
+        assert AdaptiveController(costs, 8, prior=(0.9, PRIOR_WEIGHT)).model_k() > 0
+        assert AdaptiveController(costs, 8, prior=(0.4, PRIOR_WEIGHT)).model_k() == 0
+
+
+class TestAcrossReplies:
+    def test_drafting_after_prose_comes_back_for_code(self):
+        # a memory-bound target: prose measured slow, only because its drafts were rejected
+        c = AdaptiveController(CostModel({n: t for n, t in CHEAP.items() for _ in range(3)}, 0.1), max_k=8)
+        c.begin_reply()
+        off = []
+        for _ in range(30):
+            k = c.choose().k
+            c.observe(k, 0)
+            if k:
+                c.observe_rate(1, step_seconds(c.costs, k))  # as slow as the costs say, no slower
+            off.append(not c.on())
+        assert any(off) and c.guard.costs_hold
+        while not off[-1]:  # (end the reply where it is off)
+            k = c.choose().k
+            c.observe(k, 0)
+            if k:
+                c.observe_rate(1, step_seconds(c.costs, k))
+            off.append(not c.on())
+        c.begin_reply()
+        assert c.on() and c.choose().k > 0
+
+
+class TestRecheck:
+    """A verdict of "never on this hardware" that rests on a draft pass measured during a burst
+    of load is checked again: a pass timed at each reply's start until the estimate holds
+    RECHECK_SAMPLES samples."""
+
+    def test_a_burst_at_load_is_outvoted_by_the_passes_that_follow(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: f16_cpu(n))
+        burst = [True]
+        draft = TimedModel(fn, V, clock, lambda n, call: 0.033 * n * (30 if burst[0] else 1))
+        verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
+        burst[0] = False
+        ctl = AdaptiveController(CostModel(verify, draft_cost), max_k=8)
+        assert not ctl.hardware_allows() and ctl.recheck_draft()  # a pass looked like 6 target passes
+        engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
+        replies = 0
+        while not ctl.hardware_allows() and replies < RECHECK_SAMPLES:
+            list(engine.generate([5 + (replies + j) % 40 for j in range(20)], GREEDY, 8))
+            replies += 1
+        assert ctl.hardware_allows() and replies <= 4 and ctl.costs.t_draft == pytest.approx(0.033, rel=0.25)
+        assert not ctl.recheck_draft()
+
+    def test_no_recheck_where_even_a_free_draft_could_not_pay(self):
+        c = AdaptiveController(CostModel(LINEAR, t_draft=5.0), max_k=8)
+        assert not c.hardware_allows() and not c.recheck_draft()
+        assert not FixedController(CostModel(LINEAR, t_draft=5.0), 4).recheck_draft()
+
+
+class TestTries:
+    def test_no_tries_when_even_perfect_drafts_cannot_pay(self):
+        # verify cost grows 1:1 with n and drafting is not free: no acceptance can win
+        c = AdaptiveController(CostModel(LINEAR, t_draft=0.3), max_k=8)
+        assert all(c.choose().k == 0 for _ in range(300))
+
+    def off_after_bad_drafts(self, verify, t_draft) -> AdaptiveController:
+        c = AdaptiveController(CostModel({n: t for n, t in verify.items() for _ in range(3)}, t_draft), max_k=8)
+        for _ in range(40):
+            c.observe(4, 0)  # a run of bad drafts: k = 0 now looks best
+        assert c.choose().k == 0
+        return c
+
+    def test_tries_last_a_trial_and_cost_at_most_their_budget(self):
+        c = self.off_after_bad_drafts({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, 0.15)
+        ks = [c.choose().k for _ in range(2000)]
+        tries = [i for i in range(1, 2000) if ks[i] and not ks[i - 1]]
+        assert len(tries) >= 3 and sum(k > 0 for k in ks) == TRIAL_STEPS * len(tries)
+        earned = TRY_SHARE * (c.best_case() - 1.0) * c.costs.T(1) * 2000
+        assert len(tries) * c.tries.price <= earned
+
+    @staticmethod
+    def tries_after_a_slow_trial(verify, t_draft, measured) -> list[int]:
+        """Steps between tries where the model likes drafting (acceptance 0.95) and the guard
+        measures every drafting step at ``measured`` x the target alone (T(1) = 1 s)."""
+        c = AdaptiveController(CostModel({n: t for n, t in verify.items() for _ in range(3)}, t_draft), max_k=8)
+        for _ in range(60):
+            c.observe(4, 4 if _ % 20 else 3)
+        assert c.model_k() > 0
+        ks = []
+        for _ in range(600):
+            ks.append(c.choose().k)
+            if ks[-1]:
+                c.observe_rate(1, 1.0 / measured)
+        starts = [i for i in range(1, 600) if ks[i] and not ks[i - 1]]
+        return [b - a for a, b in zip(starts, starts[1:])]
+
+    def test_where_a_draft_pass_is_cheap_a_failed_try_is_retried_within_a_few_steps(self):
+        # the F16 target on 2 cores: a draft pass 0.2 T(1), a verify row 0.03-0.1 of a pass
+        f16 = {1: 1.0, 2: 1.03, 3: 1.11, 4: 1.16, 6: 1.28, 8: 1.7, 9: 1.78}
+        gaps = self.tries_after_a_slow_trial(f16, 0.2, measured=0.9)
+        assert len(gaps) > 10 and max(gaps) <= 16 + TRIAL_STEPS, gaps
+
+    def test_where_a_draft_pass_is_dear_tries_are_far_apart(self):
+        # compute-bound, a draft pass 0.4 T(1): drafting could win 27 % at best
+        q4 = {1: 1.0, 2: 1.45, 3: 1.7, 4: 1.72, 6: 2.4, 8: 2.9, 9: 3.2}
+        gaps = self.tries_after_a_slow_trial(q4, 0.4, measured=0.9)
+        assert gaps and min(gaps) >= 60, gaps
+
+
+class TestMeasuredGuard:
+    def test_drafting_that_measures_slower_is_switched_off(self):
+        c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
+        c.begin_reply()
+        assert c.choose().k > 0  # the model likes drafting...
+        for _ in range(OPENING_STEPS):  # (the reply's opening keeps it on)
+            c.choose()
+        for _ in range(TRIAL_STEPS):
+            c.observe_rate(n_tokens=1, seconds=1.5)  # ...but each drafting step made 0.67 tok/s < 1
+        assert c.choose().k == 0
+
+    def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
+        c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
+        for _ in range(TRIAL_STEPS):
+            c.observe_rate(1, 1.5)
+        ks = []
+        for _ in range(60):
+            choice = c.choose()
+            ks.append(choice.k)
+            if choice.k:
+                c.observe_rate(3, 1.0)  # this time drafting measures 3 tok/s
+        assert ks[0] == 0 and ks[-1] > 0 and c.on() and c.resumed
+
+    def test_the_guard_switches_a_slow_drafter_off_in_the_engine(self, monkeypatch):
+        # the model believes drafting is nearly free, but every draft token really costs 3
+        # target passes: the measured guard must turn drafting off, and the text stays exact
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=21, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: 0.01 + 0.0001 * n)
+        slow = NoisyOracleDrafter(fn, alpha=0.9, clock=clock, t_draft=0.03)
+        c = AdaptiveController(CostModel({n: 0.01 + 0.0001 * n for n in (1, 2, 4, 8)}, t_draft=0.0001), max_k=4)
+        c.costs.observe_draft = lambda n, s: None  # blind to the draft's real cost: only the guard can see it
+        steps = list(SpeculativeEngine(target, slow, c).generate(PROMPT, GREEDY, 80))
+        assert steps[0].k > 0  # the model liked drafting
+        assert sum(s.k == 0 for s in steps[-40:]) >= 32  # off, bar a trial of TRIAL_STEPS steps
+        plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), FixedController(CostModel({1: 1.0}), 0))
+        assert [t for s in steps for t in s.emitted] == [
+            t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted
+        ]
+
+    def test_the_engine_starts_each_reply_on_the_guards_carried_weight(self, monkeypatch):
+        # one reply drafts at 1.5x; the next one's drafting is slow (about 0.7x the target
+        # alone), which only the guard sees: after the opening it stops within two steps
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=21, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: 0.01 + 0.0005 * n)
+        c = AdaptiveController(CostModel({n: 0.01 + 0.0005 * n for n in (1, 2, 4, 8)}, t_draft=0.001), max_k=4)
+        c.costs.observe_draft = lambda n, s: None  # blind to the draft's real cost: only the guard can see it
+        fast = NoisyOracleDrafter(fn, alpha=0.95, clock=clock, t_draft=0.004)
+        list(SpeculativeEngine(target, fast, c).generate(PROMPT, GREEDY, 60))
+        assert c.on() and c.guard.rate * 0.0105 > 1.4
+        slow = NoisyOracleDrafter(fn, alpha=0.95, clock=clock, t_draft=0.015, seed=3)
+        ks = [s.k for s in SpeculativeEngine(target, slow, c).generate([7, 8, 9, 10, 11], GREEDY, 60)]
+        assert ks[: OPENING_STEPS + 4] == [4] * (OPENING_STEPS + 2) + [0, 0]
+
+
+class TestOpening:
+    """A cold reply that opens with a sentence the draft does not predict, then copies code it
+    does: the opening's rejections must not switch drafting off for the rest of the reply."""
+
+    F16 = {1: 1.0, 2: 1.03, 3: 1.11, 4: 1.16, 5: 1.25, 6: 1.28, 8: 1.7, 9: 1.78}
+
+    def reply(self, monkeypatch, opening_steps=OPENING_STEPS, prior=None) -> list[int]:
+        monkeypatch.setattr("localspec.core.controller.OPENING_STEPS", opening_steps)
+        c = AdaptiveController(CostModel({n: t for n, t in self.F16.items() for _ in range(3)}, 0.2), 8, prior=prior)
+        c.begin_reply()
+        ks = []
+        for step in range(40):
+            k = c.choose().k
+            ks.append(k)
+            if k:  # the opening sentence: every draft rejected; then code: every draft kept
+                n_accepted = 0 if step < 5 else k
+                c.observe(k, n_accepted)
+                c.observe_rate(n_accepted + 1, k * 0.2 + c.costs.T(k + 1))
+        return ks
+
+    def test_a_rejected_opening_does_not_switch_drafting_off(self, monkeypatch):
+        ks = self.reply(monkeypatch)
+        assert all(ks) and sum(ks[10:]) >= 30 * 4
+
+    def test_without_the_opening_and_with_a_weak_prior_it_did(self, monkeypatch):
+        ks = self.reply(monkeypatch, opening_steps=0, prior=(PRIOR_ALPHA, 4.0))
+        assert sum(k == 0 for k in ks) >= 5
+
+
+# --- convergence on timed fakes -------------------------------------------------------------
+# True curves (seconds for a verify of n tokens), in the shapes seen on real machines.
+def gpu_like(n):  # flat to 8, then rising: a memory-bound target
+    return 0.010 * (1.0 + 0.01 * n if n <= 8 else 1.08 + 0.08 * (n - 8))
+
+
+def cpu_linear(n):  # compute-bound: every token costs most of a pass
+    return 0.010 * (0.3 + 0.7 * n)
+
+
+def f16_cpu(n):  # the direct measurement of the F16 1.5B target here (T(k)/T(1))
+    ratios = {1: 1.0, 2: 1.03, 3: 1.11, 4: 1.16, 5: 1.25, 6: 1.28, 8: 1.7, 9: 1.78, 12: 2.0, 16: 2.52}
+    xs = sorted(ratios)
+    return 0.16 * float(np.interp(n, xs, [ratios[x] for x in xs], right=2.52 + 0.13 * (n - 16)))
+
+
+def true_speeds(curve, alpha, t_draft, max_k):
+    ks = np.arange(max_k + 1)
+    return expected_tokens(alpha, ks) / (ks * t_draft + np.array([curve(k + 1) for k in ks]))
+
+
+def run_timed(
+    monkeypatch,
+    curve,
+    alpha,
+    t_draft,
+    steps,
+    max_k=8,
+    calibration_curve=None,
+    slow_after=None,
+    calibrate_sizes=(1, 2, 3, 4, 6, 8),
+    first_use=1.0,
+):
+    """Calibrate on ``calibration_curve`` (default: the true one), then generate; returns the
+    controller and each step's k. ``slow_after``: (call, factor) makes the target that much
+    slower from that evaluation on; ``first_use``: the first evaluation of each size costs
+    that many times more (a GPU building a graph, picking kernels)."""
+    clock = VirtualClock()
+    monkeypatch.setattr(costs_module, "clock", clock)
+    fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+    calibrating = [True]
+    used: set[int] = set()
+
+    def seconds(n, call):
+        spike = first_use if n not in used else 1.0
+        used.add(n)
+        if calibrating[0]:
+            return (calibration_curve or curve)(n) * spike
+        factor = slow_after[1] if slow_after and call >= slow_after[0] else 1.0
+        return curve(n) * factor * spike
+
+    target = TimedModel(fn, V, clock, seconds)
+    verify, _ = calibrate(target, calibrate_sizes)
+    calibrating[0] = False
+    target.calls = 0
+    ctl = AdaptiveController(CostModel(verify, t_draft), max_k=max_k)
+    drafter = NoisyOracleDrafter(fn, alpha, clock, t_draft, seed=7)
+    run_timed.steps = list(SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, steps))
+    return ctl, [s.k for s in run_timed.steps]
+
+
+def good_enough(curve, alpha, t_draft, max_k, k):
+    """k is as good as the best, within 5 %, on the true curve."""
+    speeds = true_speeds(curve, alpha, t_draft, max_k)
+    return speeds[k] >= 0.95 * speeds.max()
+
+
+CASES = {
+    # name: (true curve, alpha, draft seconds per token)
+    "gpu_flat_to_8": (gpu_like, 0.9, 0.0005),
+    "cpu_linear": (cpu_linear, 0.8, 0.005),
+    "f16_cpu_here": (f16_cpu, 0.9, 0.033),
+}
+
+
+class TestConvergence:
+    """Within 300 tokens (about 100 steps, of which at most one in EXPLORE_EVERY measures a
+    size) the last 30 steps' k are as good as the best k for the true curve."""
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_converges_to_the_best_k(self, monkeypatch, case):
+        curve, alpha, t_draft = CASES[case]
+        ctl, ks = run_timed(monkeypatch, curve, alpha, t_draft, 300)
+        late = [k for k in ks[-30:]]
+        ok = [good_enough(curve, alpha, t_draft, 8, k) for k in late]
+        assert sum(ok) >= 27, (late, true_speeds(curve, alpha, t_draft, 8).round(1))
+
+    def test_the_compute_bound_cpu_is_not_drafted_on_when_drafting_cannot_pay(self, monkeypatch):
+        ctl, ks = run_timed(monkeypatch, cpu_linear, 0.6, 0.008, 200)
+        assert np.argmax(true_speeds(cpu_linear, 0.6, 0.008, 8)) == 0
+        assert sum(k == 0 for k in ks[-50:]) >= 47
+
+    def test_a_3x_calibration_spike_at_one_size_is_corrected(self, monkeypatch):
+        # every calibration sample of T(4) is 3x (a systematic first-use spike): the curve
+        # says drafting 3 is expensive; exploration must find out within a bounded number of steps
+        def spiked(n):
+            return 3 * gpu_like(n) if n == 4 else gpu_like(n)
+
+        ctl, ks = run_timed(monkeypatch, gpu_like, 0.9, 0.0005, 300, calibration_curve=spiked)
+        assert ctl.costs.T(4) == pytest.approx(gpu_like(4), rel=0.15)
+        assert sum(good_enough(gpu_like, 0.9, 0.0005, 8, k) for k in ks[-30:]) >= 27
+
+    def test_sizes_never_calibrated_are_measured_when_they_could_win(self, monkeypatch):
+        # calibrated only at 1 and 2: the linear extrapolation makes long drafts look costly
+        ctl, ks = run_timed(monkeypatch, gpu_like, 0.95, 0.0005, 400, calibrate_sizes=(1, 2))
+        assert ctl.costs.verify.n_samples(9) > 0  # k = 8 was tried
+        assert sum(good_enough(gpu_like, 0.95, 0.0005, 8, k) for k in ks[-30:]) >= 27
+
+    def test_first_use_spikes_of_every_size_on_a_gpu(self, monkeypatch):
+        # the first evaluation of every batch size is 20x slower, in calibration and after
+        ctl, ks = run_timed(monkeypatch, gpu_like, 0.9, 0.0005, 300, calibrate_sizes=(1, 2, 4), first_use=20.0)
+        assert sum(good_enough(gpu_like, 0.9, 0.0005, 8, k) for k in ks[-30:]) >= 27
+        for n in (1, 2, 4):
+            assert ctl.costs.T(n) == pytest.approx(gpu_like(n), rel=0.15)
+
+    def test_a_machine_that_slows_down_2x_mid_reply(self, monkeypatch):
+        # the target slows 2x after its 60th evaluation (the draft does not): long drafts pay more
+        def slowed(n):
+            return 2 * f16_cpu(n)
+
+        ctl, ks = run_timed(monkeypatch, f16_cpu, 0.9, 0.033, 400, slow_after=(60, 2.0))
+        assert ctl.costs.T(1) == pytest.approx(slowed(1), rel=0.15)
+        assert sum(good_enough(slowed, 0.9, 0.033, 8, k) for k in ks[-30:]) >= 27
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_exploring_costs_at_most_its_budget(self, monkeypatch, case):
+        # even where sizes past the calibrated ones are costly (the compute-bound curve), the
+        # padded verifies cost at most EXPLORE_SHARE of the decode time (+ a margin for the
+        # first measurement, which the budget lets through once it has been earned)
+        curve, alpha, t_draft = CASES[case]
+        run_timed(monkeypatch, curve, alpha, 0.0, 400, calibrate_sizes=(1, 2))
+        steps = run_timed.steps
+        extra = sum(curve(s.measured) - curve(len(s.drafted) + 1) for s in steps if s.measured)
+        assert extra <= (EXPLORE_SHARE + 0.01) * sum(s.step_seconds for s in steps)
+
+    @pytest.mark.parametrize("case", CASES)
+    def test_exploration_is_rare(self, monkeypatch, case):
+        curve, alpha, t_draft = CASES[case]
+        run_timed(monkeypatch, curve, alpha, t_draft, 300, calibrate_sizes=(1, 2))
+        measured = [s.measured for s in run_timed.steps]
+        assert sum(m > 0 for m in measured) <= len(measured) / EXPLORE_EVERY + 1
+
+
+# --- tries and the draft model's catch-up ----------------------------------------------------
+def q4_cpu(n):  # the direct measurement of the Q4 1.5B target here (T(k)/T(1)): compute-bound
+    ratios = {1: 1.0, 2: 1.45, 3: 1.7, 4: 1.72, 6: 2.4, 8: 2.9, 9: 3.2, 16: 4.2}
+    xs = sorted(ratios)
+    return 0.075 * float(np.interp(n, xs, [ratios[x] for x in xs], right=4.2 + 0.2 * (n - 16)))
+
+
+def draft_pass(n):  # the 0.5B draft here: a pass 0.47 T(1), reading 60 tokens at once 4.4 T(1)
+    return 0.03 + 0.005 * n
+
+
+class TestTriesPayForTheCatchUp:
+    """A try of drafting after a stretch without it makes the draft model read every token
+    since: on a compute-bound target that read costs several target passes, so tries spend
+    a budget (TRY_SHARE of drafting's best case) and cannot make the target slower."""
+
+    def chat(self, monkeypatch, draft_seed, replies=12, tokens=96, p_min=0.0):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: q4_cpu(n))
+        draft_fn = hashed_logits(seed=draft_seed, n_vocab=V, eos_bias=-100)
+        draft = TimedModel(draft_fn, V, clock, lambda n, call: draft_pass(n))
+        verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
+        ctl = AdaptiveController(CostModel(verify, draft_cost), max_k=8)
+        engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=p_min, costs=ctl.costs), ctl)
+        alone = SpeculativeEngine(target, NoDrafter(), FixedController(CostModel(verify), 0))
+        prompts = [[5 + (i * 7 + j) % 40 for j in range(60)] for i in range(replies)]
+        spent = [sum(s.step_seconds for s in e.generate(p, GREEDY, tokens)) for p in prompts for e in (engine, alone)]
+        return ctl, sum(spent[0::2]), sum(spent[1::2])
+
+    def test_the_catch_up_read_is_measured_at_load(self, monkeypatch):
+        ctl, _, _ = self.chat(monkeypatch, draft_seed=4, replies=0)
+        assert ctl.costs.draft.read(60) == pytest.approx(draft_pass(48) / 48 * 60, rel=0.01)
+        assert ctl.costs.t_draft == pytest.approx(draft_pass(1))
+        assert 1.15 < ctl.best_case() < 1.3 and ctl.hardware_allows()  # so it tries
+
+    def test_a_draft_that_never_agrees_costs_at_most_the_budget(self, monkeypatch):
+        # a draft unrelated to the target: every try fails, and pays for its catch-up
+        ctl, drafting, alone = self.chat(monkeypatch, draft_seed=4)
+        budget = TRY_SHARE * (ctl.best_case() - 1.0)
+        assert drafting <= (1.0 + budget + 0.01) * alone, drafting / alone
+        assert ctl.drafted  # it did try (its first reply)
+
+    def test_the_first_reply_reads_the_prompt_up_front_and_tries_after_its_opening(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n, call: q4_cpu(n))
+        draft = TimedModel(fn, V, clock, lambda n, call: draft_pass(n))
+        verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
+        ctl = AdaptiveController(CostModel(verify, draft_cost), max_k=8)
+        ctl.begin_reply()
+        assert ctl.model_k() == 0 and ctl.wants_prefill()  # the prior acceptance says no, the hardware maybe
+        engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
+        prompt = [5 + j % 40 for j in range(60)]
+        steps = list(engine.generate(prompt, GREEDY, 32))
+        assert draft.cached[:59] == prompt[:59]  # read with the prompt
+        assert [s.k for s in steps[: OPENING_STEPS + 1]] == [0] * OPENING_STEPS + [PROBE_K]  # after the opening
+        assert steps[OPENING_STEPS].draft_seconds < draft_pass(READ_MIN)  # a few tokens to read, not the prompt
+        assert ctl.drafted and not ctl.on() and not ctl.wants_prefill()
+
+
+class TestGatedLookup:
+    """Prompt lookup's controller is gated: its gate weighs each match, k is only the cap. One
+    acceptance over all of lookup's proposals (low after code, where short matches are
+    coincidences) blocked the long copies a summary quotes."""
+
+    @staticmethod
+    def scripted(replies):
+        """A target whose greedy reply to each prompt is scripted (a sure one-hot)."""
+
+        def fn(history):
+            z = np.zeros(V, dtype=np.float32)
+            for prompt, reply in replies.items():
+                if tuple(history[: len(prompt)]) == prompt and len(history) >= len(prompt):
+                    z[reply[(len(history) - len(prompt)) % len(reply)]] = 5.0
+            return z
+
+        return fn
+
+    def chat(self, monkeypatch, gated=True):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        rng = np.random.default_rng(7)
+        code = [tuple(int(t) for t in (40 + i, *rng.integers(1, 8, 30))) for i in range(6)]
+        passage = [int(t) for t in rng.permutation(np.arange(11, 39))] * 2  # quoted back in the reply
+        summary = (46, *passage, 9, 10)
+        replies = {p: [int(t) for t in rng.integers(1, 8, 64)] for p in code} | {summary: passage}
+        target = TimedModel(self.scripted(replies), V, clock, lambda n, call: q4_cpu(n))
+        verify, _ = calibrate(target, (1, 2, 3, 4, 6, 8, 16))
+        ctx = ModeContext(target, None, CostModel(verify), max_k=16)
+        lookup = prompt_lookup(ctx)
+        if not gated:  # the controller before: one acceptance for every proposal decides k
+            lookup = Drafting(AdaptiveController(lookup.controller.costs, 16), lookup.new_drafter)
+        alone = target_alone(ctx)
+        spent = {}
+        for prompt in [*code, summary]:
+            for name, mode in (("lookup", lookup), ("alone", alone)):
+                engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(prompt))), mode.controller)
+                steps = list(engine.generate(list(prompt), GREEDY, 56))
+                assert [t for s in steps for t in s.emitted] == replies[prompt][:56]
+                spent[prompt, name] = sum(s.step_seconds for s in steps)
+        on_code = sum(spent[p, "lookup"] for p in code) / sum(spent[p, "alone"] for p in code)
+        return on_code, spent[summary, "lookup"] / spent[summary, "alone"]
+
+    def test_a_quote_after_code_is_still_copied_and_code_is_not_slower(self, monkeypatch):
+        on_code, on_summary = self.chat(monkeypatch)
+        assert on_code <= 1.03  # short coincidental matches: blocked by their gate, not copied
+        assert on_summary <= 0.6  # the quote: long copies, 56 tokens in a few passes
+
+    def test_rejected_short_copies_do_not_block_the_long_ones(self):
+        # the Q4 target here, after code: lookup's proposals accepted 42 % of the time
+        verify = {n: q4_cpu(n) for n in (1, 2, 3, 4, 6, 8, 16)}
+        before, gated = AdaptiveController(CostModel(verify), 16), AdaptiveController(CostModel(verify), 16, gated=True)
+        for ctl in (before, gated):
+            for i in range(40):
+                ctl.observe(3, 1 if i % 4 else 0)
+        assert before.alpha < 0.5 and before.model_k() == 0  # one acceptance for all: off
+        assert gated.choose().k == 16 and explain(gated).on  # the gate decides each match
+        assert "as much of each match as matches of its length have earned" in explain(gated).line
+
+    def test_where_nothing_could_pay_a_gated_controller_is_off_and_its_guard_still_works(self):
+        linear = AdaptiveController(CostModel(LINEAR), 16, gated=True)
+        assert linear.choose().k == 0 and not explain(linear).on and explain(linear).next_try_in is None
+        # nearly linear: perfect copies would gain 10 %, but not the 15 % that trying needs
+        steep = AdaptiveController(CostModel({n: 0.9 * n + 0.1 for n in range(1, 18)}), 16, gated=True)
+        for _ in range(100):
+            steep.observe(8, 8)
+        assert steep.best_k() > 0 and steep.choose().k == 0 and not explain(steep).on
+        ctl = AdaptiveController(CostModel({n: q4_cpu(n) for n in (1, 2, 4, 8, 16)}), 16, gated=True)
+        for _ in range(TRIAL_STEPS):
+            ctl.observe_rate(1, 2 * q4_cpu(1))  # proposing steps ran at half the target's speed
+        assert ctl.choose().k == 0 and "drafting measured" in explain(ctl).line
+        ks = [ctl.choose().k for _ in range(400)]
+        assert ks[0] == 0 and 16 in ks  # a new trial, once the budget affords it
+
+
+class TestOracleAgreesWithEngine:
+    def test_adaptive_text_is_the_target_s_own(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=5, n_vocab=V)
+        target = TimedModel(fn, V, clock, lambda n, call: gpu_like(n))
+        verify, _ = calibrate(target, (1, 2, 4, 8))
+        ctl = AdaptiveController(CostModel(verify, 0.0005), max_k=8)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        got = [t for s in SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, 120) for t in s.emitted]
+        plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), FixedController(CostModel({1: 1.0}), 0))
+        assert got == [t for s in plain.generate(PROMPT, GREEDY, 120) for t in s.emitted]
+
+
+class TestExplain:
+    """The drafting line: on with k and why, or off with the measured reason and what next."""
+
+    def test_compute_bound_cpu_is_off_for_good_with_the_numbers(self):
+        # a Q4 target on 2 cores: a draft pass 0.62 T(1), checking 2 tokens 1.9 passes
+        costs = CostModel({n: 0.05 * (0.1 + 0.9 * n) for n in range(1, 10)}, t_draft=0.031)
+        state = explain(AdaptiveController(costs, max_k=8))
+        assert not state.on and state.k == 0 and state.next_try_in is None
+        assert state.draft_cost == pytest.approx(0.62) and state.verify_cost == pytest.approx(1.9)
+        assert state.line.startswith(
+            "off: a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 passes"
+        )
+        assert "not tried again" in state.line and state.expected_speedup < 1
+
+    def test_memory_bound_is_on_with_k_and_the_expected_gain(self):
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), max_k=8)
+        for _ in range(20):
+            ctl.observe(5, 5)
+        state = explain(ctl)
+        assert state.on and state.k > 1 and state.expected_speedup > 1.3
+        assert state.line.startswith(f"on: k={state.k}, expected ") and "a draft token costs 0.20" in state.line
+        assert "sure" not in state.line  # no reach: k is the longest draft
+        wide = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7, 16: 3.4}, t_draft=0.2), 16, reach=True)
+        for _ in range(20):
+            wide.observe(5, 5)
+        assert wide.choose().k < 16 and explain(wide).line.endswith("; up to 16 while the draft is sure of every token")
+
+    def poor(self) -> AdaptiveController:
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), max_k=8)
+        for _ in range(40):
+            ctl.observe(4, 0)
+        return ctl
+
+    def test_poor_acceptance_is_off_and_says_when_it_tries_again(self):
+        ctl = self.poor()
+        assert ctl.choose().k == 0
+        state = explain(ctl)
+        wait = math.ceil((ctl.tries.price - ctl.tries.budget.credit) / ctl.tries.earning)
+        assert not state.on and "at the measured acceptance (" in state.line and wait > 1
+        assert state.next_try_in == wait and f"tries again in {wait} steps" in state.line
+        ks = [ctl.choose().k for _ in range(wait)]
+        assert not any(ks[:-1]) and ks[-1] > 0  # and then it tries, as it said
+
+    def test_a_try_waiting_for_its_catch_up_budget_says_when(self):
+        ctl = self.poor()
+        ctl.costs.draft.observe_read(100, 2.0)  # reading costs 0.02 s a token: 500 tokens, 10 passes
+        assert ctl.choose(lambda: 500).k == 0
+        assert ctl.tries.price > 10.0  # the catch-up and the trial's loss
+        wait = explain(ctl).next_try_in
+        assert wait is not None and wait > 10 and f"tries again in {wait} steps" in explain(ctl).line
+        ks = [ctl.choose(lambda: 500).k for _ in range(wait + 1)]
+        assert not any(ks[:-2]) and any(ks[-2:])
+
+    def test_the_guard_says_what_it_measured_and_a_try_that_pays_says_so(self):
+        ctl = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
+        for _ in range(TRIAL_STEPS):
+            ctl.observe_rate(1, 1.5)
+        state = explain(ctl)
+        assert not state.on and "drafting measured 0.7 tok/s against 1.0 tok/s for the target alone" in state.line
+        for _ in range(400):  # wait for the next trial, which measures 3 tok/s
+            if ctl.choose().k:
+                ctl.observe_rate(3, 1.0)
+            if ctl.resumed:
+                break
+        assert explain(ctl).on and "a try found drafting pays again" in explain(ctl).line
+
+    def test_fixed_and_target_alone(self):
+        assert explain(FixedController(CostModel({1: 1.0}), 0)).line == "off: the target alone (no draft mode chosen)"
+        assert explain(FixedController(CostModel({1: 1.0}), 5)).line == "on: k=5 every step (fixed: --no-adapt)"
+
+
+class TestFixed:
+    def test_drafts_k_every_step_whatever_it_measures(self):
+        ctl = FixedController(CostModel(LINEAR, t_draft=0.5), 3)
+        ctl.begin_reply()
+        for _ in range(50):
+            assert ctl.choose().k == 3
+            ctl.observe(3, 0)
+            ctl.observe_rate(1, 10.0)
+        assert ctl.wants_prefill() and not FixedController(CostModel(LINEAR), 0).wants_prefill()

@@ -1,0 +1,382 @@
+"""The drafter seam, prompt lookup and the model drafter's confidence stop."""
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from localspec.core import costs as costs_module
+from localspec.core.controller import AdaptiveController, FixedController
+from localspec.core.costs import CostModel
+from localspec.core.drafters import (
+    Drafter,
+    ModelDrafter,
+    NoDrafter,
+    OracleDrafter,
+    PromptLookupDrafter,
+    find_latest_ngram,
+)
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.rules import LookupGate
+from localspec.core.sampling import SamplingParams
+from tests.support.fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits
+
+GREEDY = SamplingParams(temperature=0.0)
+
+# every drafter, the tests' fakes included; typed as the Protocol so mypy checks each of them
+DRAFTERS: tuple[Drafter, ...] = (
+    NoDrafter(),
+    ModelDrafter(FakeModel(hashed_logits(0, 8), 8), 8),
+    PromptLookupDrafter(),
+    OracleDrafter(1, [2, 3], 8),
+    ScriptedDrafter(lambda context, k: ()),
+    NoisyOracleDrafter(hashed_logits(0, 8), 1.0, VirtualClock(), 0.0),
+)
+
+
+class TestDrafterProtocol:
+    @pytest.mark.parametrize("drafter", DRAFTERS, ids=lambda d: type(d).__name__)
+    def test_every_drafter_has_the_protocol_s_methods_with_its_parameters(self, drafter):
+        assert isinstance(drafter, Drafter)
+        for method in ("draft", "prefill", "observe"):
+            want = list(inspect.signature(getattr(Drafter, method)).parameters)[1:]  # without self
+            assert list(inspect.signature(getattr(drafter, method)).parameters) == want, method
+
+    def test_the_hooks_of_a_drafter_without_them_do_nothing(self):
+        drafter = OracleDrafter(1, [2, 3], 8)
+        drafter.prefill([1])
+        drafter.observe(2, 1, (2, 5))
+        assert drafter.draft([1], 2, GREEDY, None).ids == (2, 3)  # the hooks changed nothing
+
+
+class TestPromptLookup:
+    def test_copies_what_followed_the_latest_match(self):
+        ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]
+        d = PromptLookupDrafter(max_ngram=2, min_ngram=2).draft(ctx, 3, GREEDY, None)
+        assert d.ids == (7, 8, 2)  # latest earlier "2 3" is followed by 7 8 2
+
+    def test_no_match_drafts_nothing(self):
+        assert PromptLookupDrafter().draft([1, 2, 3, 4], 5, GREEDY, None).ids == ()
+
+    @given(st.lists(st.integers(0, 4), min_size=2, max_size=60), st.integers(1, 4))
+    def test_match_is_a_real_earlier_occurrence(self, ctx, n):
+        ctx = np.array(ctx)
+        start = find_latest_ngram(ctx, n)
+        if start is None:
+            tail = list(ctx[-n:])
+            assert all(list(ctx[s : s + n]) != tail for s in range(len(ctx) - n))
+        else:
+            assert start + n < len(ctx)
+            assert list(ctx[start : start + n]) == list(ctx[-n:])
+            later = [s for s in range(start + 1, len(ctx) - n) if list(ctx[s : s + n]) == list(ctx[-n:])]
+            assert later == []
+
+
+class TestModelDrafter:
+    def test_stops_when_unsure(self):
+        def fn(h):  # confident for 2 tokens, then flat
+            z = np.zeros(10, dtype=np.float32)
+            if len(h) < 5:
+                z[len(h)] = 10.0
+            return z
+
+        d = ModelDrafter(FakeModel(fn, 10), 10, p_min=0.5).draft([1, 2, 3], 8, GREEDY, None)
+        assert d.ids == (3, 4)
+
+    def test_never_proposes_banned_or_out_of_vocab_ids(self):
+        def fn(h):
+            z = np.zeros(12, dtype=np.float32)
+            z[11] = 9.0  # id 11 exists only in the draft's vocab
+            z[4] = 8.0  # id 4 is banned
+            z[6] = 7.0
+            return z
+
+        d = ModelDrafter(FakeModel(fn, 12), 10, p_min=0.0, banned=[4]).draft([1, 2], 3, GREEDY, None)
+        assert d.ids == (6, 6, 6)
+
+
+class TestMarginalRule:
+    @staticmethod
+    def unsure_then_flat(h):
+        z = np.zeros(10, dtype=np.float32)
+        z[7] = 0.9  # top probability ~0.2: below any sensible p_min
+        return z
+
+    def test_cheap_verify_row_takes_an_unsure_first_token(self):
+        # memory-bound target: a verify row costs 3 % of T(1), a draft pass 20 %
+        costs = CostModel({1: 1.0, 2: 1.03, 3: 1.06, 4: 1.1}, t_draft=0.2)
+        d = ModelDrafter(FakeModel(self.unsure_then_flat, 10), 10, p_min=0.75, costs=costs)
+        assert d.draft([1, 2, 3], 8, GREEDY, None).ids == (7,)  # one token, then no more passes
+
+    def test_expensive_verify_row_refuses_it(self):
+        # compute-bound target: a verify row costs 50 % of T(1)
+        costs = CostModel({1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5}, t_draft=0.6)
+        d = ModelDrafter(FakeModel(self.unsure_then_flat, 10), 10, p_min=0.75, costs=costs)
+        assert d.draft([1, 2, 3], 8, GREEDY, None).ids == ()
+
+    def test_confident_runs_go_long_on_cheap_rows(self):
+        def confident(h):
+            z = np.full(10, -10.0, dtype=np.float32)
+            z[len(h) % 10] = 10.0
+            return z
+
+        costs = CostModel({1: 1.0, 2: 1.03, 4: 1.1, 8: 1.4, 16: 2.0}, t_draft=0.1)
+        d = ModelDrafter(FakeModel(confident, 10), 10, p_min=0.75, costs=costs)
+        assert len(d.draft([1, 2, 3], 12, GREEDY, None).ids) == 12
+
+    # the direct measurement of the F16 1.5B target here: T(7) is a step (1.26 T(6))
+    F16_STEP = {1: 1.0, 2: 1.0, 3: 1.09, 4: 1.15, 5: 1.24, 6: 1.28, 7: 1.61, 8: 1.69, 9: 1.74, 10: 1.85}
+
+    @staticmethod
+    def sure_but(unsure_at=(), p_unsure=0.8, prompt_len=3):
+        """Each draft token (0-based after the prompt) is certain, except at ``unsure_at``,
+        where the top token has probability ``p_unsure``."""
+
+        def fn(h):
+            i = len(h) - prompt_len
+            if i in unsure_at:
+                z = np.full(10, np.log((1 - p_unsure) / 9), dtype=np.float32)
+                z[len(h) % 10] = np.log(p_unsure)
+                return z
+            z = np.full(10, -20.0, dtype=np.float32)
+            z[len(h) % 10] = 20.0
+            return z
+
+        return fn
+
+    def test_a_step_in_the_curve_does_not_stop_a_run_of_certain_tokens(self):
+        # the 6th token alone costs the step to T(7) and never pays; with the two tokens after
+        # it (rows nearly free past the step) it does: 9 tokens for 1.6 + 1.74 passes beat
+        # 6 for 1.0 + 1.28 (the rule without look-ahead stopped at 5)
+        costs = CostModel(self.F16_STEP, t_draft=0.2)
+        d = ModelDrafter(FakeModel(self.sure_but(), 10), 10, costs=costs)
+        assert len(d.draft([1, 2, 3], 8, GREEDY, None).ids) == 8
+
+    def test_a_sure_run_goes_past_k_up_to_reach(self):
+        costs = CostModel(self.F16_STEP, t_draft=0.2)
+        d = ModelDrafter(FakeModel(self.sure_but(), 10), 10, costs=costs)
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None).ids) == 3  # no reach: k is the cap
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None, reach=8).ids) == 8
+
+    def test_past_k_an_unsure_token_ends_the_draft_that_k_would_have_kept_it_in(self):
+        costs = CostModel(self.F16_STEP, t_draft=0.2)
+        late = ModelDrafter(FakeModel(self.sure_but(unsure_at={4}), 10), 10, costs=costs)
+        assert len(late.draft([1, 2, 3], 3, GREEDY, None, reach=8).ids) == 4  # the 5th, past k, is refused
+        # within k the same token (0.8, a row of 0.09 T(1)) is proposed and the run goes on to k
+        early = ModelDrafter(FakeModel(self.sure_but(unsure_at={1}), 10), 10, costs=costs)
+        assert len(early.draft([1, 2, 3], 5, GREEDY, None, reach=8).ids) == 5
+
+    def test_confidence_is_calibrated_by_measured_rejections(self):
+        costs = CostModel({1: 1.0, 2: 1.1})
+        assert costs.acceptance(0.8) == pytest.approx(0.8)  # no evidence yet: taken at face value
+        for _ in range(100):  # drafts of confidence 0.8 that the target always accepts
+            costs.observe_confidence([0.8, 0.8, 0.8, 0.8], n_accepted=4)
+        assert costs.acceptance(0.8) > 0.97
+        for _ in range(100):  # now the first token is always rejected
+            costs.observe_confidence([0.8, 0.8], n_accepted=0)
+        assert costs.acceptance(0.8) < 0.5
+
+
+class TestOracleDrafter:
+    """The bench's oracle: a controlled acceptance at zero draft cost."""
+
+    def _run(self, corrupt, k=4, n=40, fixed=True):
+        fn = hashed_logits(3, 50)
+        prompt = [5, 6, 7]
+        ref = [t for s in SpeculativeEngine(FakeModel(fn, 50)).generate(prompt, GREEDY, n) for t in s.emitted]
+        oracle = OracleDrafter(len(prompt), ref, 50, corrupt=corrupt, seed=1)
+        engine = SpeculativeEngine(FakeModel(fn, 50), oracle, FixedController(CostModel(), k))
+        steps = list(engine.generate(prompt, GREEDY, n))
+        return ref, [t for s in steps for t in s.emitted], steps, oracle
+
+    def test_all_right_accepts_everything(self):
+        ref, got, steps, _ = self._run(0.0)
+        assert got == ref
+        drafted = sum(len(s.drafted) for s in steps)
+        assert drafted > 0 and sum(s.n_accepted for s in steps) == drafted
+        assert max(len(s.emitted) for s in steps) == 5  # k accepted + the bonus token
+
+    def test_all_wrong_accepts_nothing_and_output_is_still_the_targets(self):
+        ref, got, steps, _ = self._run(1.0)
+        assert got == ref
+        assert sum(len(s.drafted) for s in steps) > 0
+        assert sum(s.n_accepted for s in steps) == 0
+
+    def test_partly_wrong_accepts_part(self):
+        ref, got, steps, _ = self._run(0.3)
+        assert got == ref
+        rate = sum(s.n_accepted for s in steps) / sum(len(s.drafted) for s in steps)
+        assert 0.2 < rate < 0.9
+
+    def test_corrupted_positions_do_not_depend_on_k(self):
+        a = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
+        b = OracleDrafter(2, list(range(10, 40)), 100, corrupt=0.5, seed=7)
+        assert a.draft([0, 1], 8, GREEDY, None).ids[:3] == b.draft([0, 1], 3, GREEDY, None).ids
+        n_wrong = sum(p != r for p, r in zip(a.proposals, a.reference))
+        assert 5 <= n_wrong <= 25  # about half of 30
+
+    def test_stops_proposing_once_the_reply_leaves_the_reference(self):
+        o = OracleDrafter(2, [10, 11, 12, 13, 14], 100)
+        assert o.draft([0, 1, 10], 2, GREEDY, None).ids == (11, 12)
+        assert o.draft([0, 1, 10, 11, 99], 2, GREEDY, None).ids == ()
+        assert o.left_reference_at == 2
+        assert o.draft([0, 1, 10, 11, 99, 5], 2, GREEDY, None).ids == ()
+
+    def test_rejects_a_bad_fraction(self):
+        with pytest.raises(ValueError, match="corrupt"):
+            OracleDrafter(0, [1], 10, corrupt=1.5)
+
+
+class TestLookupGate:
+    """Prompt lookup proposes as much of a match as matches of its length have earned."""
+
+    def _gate(self, curve=None):
+        return LookupGate(CostModel(curve or {1: 1.0, 2: 1.1, 4: 1.3, 8: 1.8, 16: 3.0}))
+
+    def test_a_length_that_keeps_failing_is_blocked_and_a_good_one_is_not(self):
+        gate = self._gate()
+        for _ in range(30):
+            gate.observe(2, 3, 0)
+            gate.observe(4, 3, 3)
+        assert gate.alpha(2) < 0.1 < 0.9 < gate.alpha(4)
+        assert gate.length(4, 8) >= 4
+        assert [gate.length(2, 8) for _ in range(5)] == [0] * 5
+
+    def test_a_blocked_length_wins_trust_back_for_free_from_what_steps_kept(self):
+        gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})  # Q4-like: a row costs 0.42 T(1)
+        d = PromptLookupDrafter(max_ngram=2, min_ngram=2, gate=gate)
+        for _ in range(30):
+            gate.observe(2, 3, 0)
+        ctx = [5, 6, 7, 8, 1, 5, 6]  # "5 6" matched: 7 8 1 follows
+        proposed = []
+        for _ in range(40):  # the text now repeats: each step keeps what the match said
+            proposed.append(len(d.draft(ctx, 3, GREEDY, None).ids))
+            d.observe(0, 0, (7,))  # the step drafted nothing and kept the target's 7
+        assert proposed[0] == 0 and proposed[-1] > 0  # blocked at first, trusted again later
+        assert gate.alpha(2) > 0.6
+
+    def test_a_match_is_scored_only_as_far_as_the_step_kept(self):
+        gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
+        d = PromptLookupDrafter(max_ngram=2, min_ngram=2, gate=gate)
+        gate.observe(2, 1, 0)  # blocked: nothing is proposed
+        assert d.draft([5, 6, 7, 8, 1, 5, 6], 3, GREEDY, None).ids == ()
+        before = list(gate.counts[2])
+        d.observe(0, 0, (7, 9))  # 7 agreed, 9 did not (8 was the match's)
+        assert gate.counts[2] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
+        d.observe(0, 0, (7, 9))  # no new match since: nothing to score
+        assert gate.counts[2] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
+
+    def test_one_rejection_blocks_an_unseen_length_where_a_row_is_dear(self):
+        gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
+        assert gate.length(2, 4) == 1  # alpha 0.5 from the prior: (1 + 0.5) / 1.42 > 1
+        gate.observe(2, 1, 0)
+        assert gate.length(2, 4) == 0  # alpha 0.33: (1 + 0.33) / 1.42 < 1
+
+    def test_unknown_lengths_start_from_the_prior_and_no_costs_means_no_gate(self):
+        assert self._gate().length(3, 5) > 0
+        assert LookupGate(CostModel()).length(3, 5) == 5
+
+    def test_on_a_compute_bound_target_only_sure_matches_pass(self):
+        gate = self._gate({1: 1.0, 2: 1.7, 4: 2.5, 8: 7.3})
+        for _ in range(30):
+            gate.observe(3, 2, 1)  # about half accepted
+        assert [gate.length(3, 4) for _ in range(10)] == [0] * 10
+        assert self._gate().length(3, 4) > 0  # the same acceptance pays where a row is cheap
+
+    def test_drafter_reports_the_verdict_to_the_length_it_used(self):
+        gate = LookupGate(CostModel({1: 1.0, 2: 1.1, 4: 1.3}))
+        d = PromptLookupDrafter(max_ngram=3, min_ngram=2, gate=gate)
+        ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]  # only a 2-gram match ("2 3")
+        assert d.draft(ctx, 3, GREEDY, None).ids == (7, 8)  # alpha 0.5: E(2) / T(3) beats E(3) / T(4)
+        d.observe(2, 0)
+        assert gate.counts[2][1] > 1.0 and 3 not in gate.counts
+
+    def test_greedy_output_is_the_targets_with_the_gate(self, monkeypatch):
+        fn = hashed_logits(5, 12, order=2)  # a small vocabulary repeats n-grams often
+        ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
+        curve = {1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}
+        clock = VirtualClock()  # the timings the engine learns from are the curve's, not this machine's
+        monkeypatch.setattr(costs_module, "clock", clock)
+        target = TimedModel(fn, 12, clock, lambda n, call: float(np.interp(n, list(curve), list(curve.values()))))
+        costs = CostModel(dict(curve))
+        gate = LookupGate(costs)
+        drafter = PromptLookupDrafter(min_ngram=2, gate=gate)
+        engine = SpeculativeEngine(target, drafter, AdaptiveController(costs, 8))
+        steps = list(engine.generate([3, 4, 5], GREEDY, 60))
+        assert [t for s in steps for t in s.emitted] == ref
+        assert sum(len(s.drafted) for s in steps) > 0 and gate.counts
+
+
+class TestModelDrafterWithLookup:
+    """Beside a draft model, a trusted copy from the context replaces the model's draft."""
+
+    @staticmethod
+    def counting_model():
+        calls = []
+
+        def fn(h):
+            calls.append(len(h))
+            z = np.zeros(20, dtype=np.float32)
+            z[9] = 10.0  # the model always says 9
+            return z
+
+        return FakeModel(fn, 20), calls
+
+    def _drafter(self, model):
+        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+        trusting = LookupGate(costs, (3.0, 1.0))  # unseen match lengths start at alpha 0.75: copied
+        return ModelDrafter(model, 20, p_min=0.0, costs=costs).with_lookup(PromptLookupDrafter(gate=trusting))
+
+    def test_a_trusted_match_is_copied_past_k_without_a_draft_pass(self):
+        model, calls = self.counting_model()
+        d = self._drafter(model)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]  # "1 2 3" came before, then 4 5 6 ...
+        got = d.draft(ctx, 2, GREEDY, None)
+        assert got.ids[:4] == (4, 5, 6, 7) and len(got.ids) > 2
+        assert calls == [] and got.n_evals == 0
+
+    def test_an_untrusted_match_leaves_it_to_the_model_and_is_scored_in_the_shadow(self):
+        model, calls = self.counting_model()
+        d = self._drafter(model)
+        for _ in range(20):  # 3-token matches keep failing
+            d.lookup.gate.observe(3, 4, 0)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        got = d.draft(ctx, 2, GREEDY, None)
+        assert got.ids == (9, 9) and calls  # the model drafted
+        accepted, rejected = d.lookup.gate.counts[3]
+        d.observe(2, 0, (4,))  # the target's token agreed with the copy's first token
+        assert d.lookup.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
+        d.draft(ctx, 2, GREEDY, None)
+        d.observe(2, 0, (8,))  # and now it did not
+        assert d.lookup.gate.counts[3][1] > 0.95 * rejected
+
+    def test_greedy_output_is_the_targets(self):
+        fn = hashed_logits(5, 12, order=2)
+        ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
+        costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}, t_draft=0.1)
+        drafter = ModelDrafter(FakeModel(hashed_logits(6, 12, order=2), 12), 12, costs=costs)
+        drafter.with_lookup(PromptLookupDrafter(costs=costs))
+        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, AdaptiveController(costs, 8))
+        assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref
+
+    def test_a_step_that_drafts_nothing_teaches_the_gate_nothing(self):
+        model, _ = self.counting_model()
+        d = self._drafter(model)
+        for _ in range(20):
+            d.lookup.gate.observe(3, 4, 0)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        d.draft(ctx, 2, GREEDY, None)
+        d.observe(2, 0, (4,))
+        counts = list(d.lookup.gate.counts[3])
+        d.observe(0, 0, (8,))  # the next step drafted nothing (k = 0): draft() was not called
+        assert d.lookup.gate.counts[3] == counts
+
+    def test_copies_stop_at_max_copy(self):
+        model, _ = self.counting_model()
+        costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, t_draft=0.2)  # rows are free
+        trusting = PromptLookupDrafter(gate=LookupGate(costs, (3.0, 1.0)))  # alpha 0.75: copied
+        d = ModelDrafter(model, 20, costs=costs).with_lookup(trusting, max_copy=3)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        assert d.draft(ctx, 1, GREEDY, None).ids == (4, 5, 6)

@@ -1,0 +1,96 @@
+"""Drafting modes on fakes: the built-in three, what each builds, and the registry."""
+
+import pytest
+
+from localspec.core.costs import CostModel
+from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.modes import (
+    COPY_PRIOR,
+    Drafting,
+    DraftingMode,
+    ModeContext,
+    Reply,
+    builtin_modes,
+    controller_for,
+    draft_model,
+    prompt_lookup,
+    target_alone,
+)
+from tests.support.fakes import FakeModel, fixed_k, hashed_logits
+
+V = 32
+
+
+def context(draft=True, **kw) -> ModeContext:
+    costs = CostModel({1: 1.0, 2: 1.1, 4: 1.3}, t_draft=0.2)
+    target = FakeModel(hashed_logits(0, V), V)
+    return ModeContext(target, FakeModel(hashed_logits(1, V), V) if draft else None, costs, **kw)
+
+
+class TestBuiltinModes:
+    def test_the_target_alone_never_drafts(self):
+        drafting = target_alone(context())
+        assert fixed_k(drafting.controller) == 0
+        assert isinstance(drafting.new_drafter(Reply()), NoDrafter)
+
+    def test_draft_mode_pays_the_draft_pass_and_copies_with_a_gate_kept_across_replies(self):
+        ctx = context(max_k=6)
+        drafting = draft_model(ctx)
+        assert drafting.controller.costs.t_draft == ctx.costs.t_draft == 0.2
+        assert drafting.controller.costs.verify is ctx.costs.verify  # one curve per target
+        first, second = drafting.new_drafter(Reply(p_min=0.3)), drafting.new_drafter(Reply())
+        assert isinstance(first, ModelDrafter) and isinstance(second, ModelDrafter)
+        assert first is not second and first.p_min == 0.3 and second.p_min == 0.0
+        assert first.lookup is not None and second.lookup is not None
+        assert first.lookup.gate is second.lookup.gate and first.lookup.gate is not None
+        assert first.lookup.gate.prior == COPY_PRIOR and first.max_copy == 6
+        assert first.costs is drafting.controller.costs  # the marginal rule's costs
+
+    @pytest.mark.parametrize("adaptive, copy", [(False, True), (True, False)])
+    def test_draft_mode_without_copies(self, adaptive, copy):
+        drafting = draft_model(context(max_k=5, adaptive=adaptive, copy=copy))
+        drafter = drafting.new_drafter(Reply())
+        assert isinstance(drafter, ModelDrafter) and drafter.lookup is None
+        # --no-adapt: every step drafts max_k, stopped by p_min alone (no marginal rule)
+        assert fixed_k(drafting.controller) == (None if adaptive else 5)
+        assert (drafter.costs is None) == (not adaptive)
+
+    def test_draft_mode_needs_a_draft_model(self):
+        with pytest.raises(ValueError, match="no draft model"):
+            draft_model(context(draft=False))
+
+    def test_lookup_costs_no_draft_pass_and_keeps_its_gate(self):
+        drafting = prompt_lookup(context())
+        assert drafting.controller.costs.t_draft == 0.0
+        first, second = drafting.new_drafter(Reply()), drafting.new_drafter(Reply())
+        assert isinstance(first, PromptLookupDrafter) and isinstance(second, PromptLookupDrafter)
+        assert first.gate is not None and first.gate is second.gate
+        assert prompt_lookup(context(adaptive=False)).new_drafter(Reply()).gate is None
+
+    def test_a_fixed_k_wins_over_the_options(self):
+        ctx = context(max_k=8, adaptive=False)
+        assert fixed_k(controller_for(ctx, draft_cost=False)) == 8
+        assert fixed_k(controller_for(ctx, draft_cost=False, fixed_k=3)) == 3
+        assert controller_for(ctx, draft_cost=False).costs.t_draft == 0.0
+
+
+class TestRegistry:
+    def test_the_built_in_names(self):
+        modes = builtin_modes()
+        assert list(modes) == ["none", "draft", "lookup"]
+        assert modes["draft"].build is draft_model and modes["draft"].counts_as_use
+
+    def test_an_unknown_name_says_which_are_known(self):
+        with pytest.raises(ValueError, match="unknown drafting mode 'nope' \\(known: none, draft, lookup\\)"):
+            builtin_modes()["nope"]
+
+    def test_a_mode_is_its_name_and_its_factory(self):
+        def build(ctx):
+            return Drafting(controller_for(ctx, draft_cost=False, fixed_k=2), lambda reply: NoDrafter())
+
+        modes = builtin_modes()
+        added = modes.register("two", build, counts_as_use=False)
+        assert modes["two"] is added and "two" in modes and not added.counts_as_use
+        assert added == DraftingMode("two", build, False)  # the session keys its state on this
+        assert added != DraftingMode("other", build, False)
+        assert modes.register("two", target_alone) != added  # replaced: built afresh

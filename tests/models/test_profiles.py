@@ -1,0 +1,232 @@
+"""Per-machine cost profiles: the store, what is expected from them, and a session keeping them."""
+
+import json
+
+import pytest
+
+from localspec import lockedfile
+from localspec.chat.session import LoadOptions, PairSpec, Session
+from localspec.core.controller import AdaptiveController
+from localspec.core.costs import CostModel
+from localspec.core.estimates import PRIOR_ALPHA, prior_from
+from localspec.core.sampling import SamplingParams
+from localspec.models.profiles import (
+    ASSUMED_ALPHA,
+    HISTORY,
+    Profile,
+    ProfileStore,
+    Use,
+    expected,
+    machine_id,
+    model_key,
+    options_here,
+    recommend,
+)
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class TestStore:
+    def test_round_trip_and_use_adds_up(self, tmp_path):
+        store = ProfileStore(tmp_path / "p.json")
+        store.update("k", tmp_path / "t.gguf", verify={1: 0.1, 2: 0.11}, use={"none": Use(10, 1.0)})
+        p = store.update("k", tmp_path / "t.gguf", use={"none": Use(20, 2.0, 0, 0)})
+        assert p.verify == {1: 0.1, 2: 0.11} and p.use["none"] == Use(30, 3.0, 0, 0)
+        again = ProfileStore(tmp_path / "p.json").get("k")
+        assert again == p and again.measured
+
+    def test_a_busy_load_is_outvoted_by_the_loads_around_it(self, tmp_path):
+        # a draft pass of 0.02 s, but one load ran beside a build and measured 2.68 s
+        store = ProfileStore(tmp_path / "p.json")
+        for seconds in (0.02, 0.021, 2.68, 0.019):
+            p = store.update("d", tmp_path / "d.gguf", draft_pass=seconds, verify={1: 50 * seconds})
+        assert p.draft_pass == pytest.approx(0.0205) and p.verify[1] == pytest.approx(50 * 0.0205)
+        assert p.draft_pass_history == [0.02, 0.021, 2.68, 0.019]
+        for _ in range(HISTORY):  # the window holds the last HISTORY loads
+            p = store.update("d", tmp_path / "d.gguf", draft_pass=0.03)
+        assert p.draft_pass_history == [0.03] * HISTORY
+
+    def test_a_load_amends_its_own_entry(self, tmp_path):
+        store = ProfileStore(tmp_path / "p.json")
+        store.update("d", tmp_path / "d.gguf", draft_pass=0.02)
+        store.update("d", tmp_path / "d.gguf", draft_pass=0.05)  # the next load, at load
+        p = store.update("d", tmp_path / "d.gguf", draft_pass=0.04, amend=True)  # ... and at its close
+        assert p.draft_pass_history == [0.02, 0.04]
+
+    def test_an_old_profile_keeps_its_value_as_the_first_of_its_history(self, tmp_path):
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps({"d": {"model": "d", "measured": "x", "verify": {"1": 0.1}, "draft_pass": 0.02}}))
+        p = ProfileStore(path).update("d", tmp_path / "d.gguf", draft_pass=0.2, verify={1: 1.0})
+        assert p.draft_pass_history == [0.02, 0.2] and p.verify_history == {1: [0.1, 1.0]}
+
+    def test_use_counts_rejections_for_the_acceptance_prior(self):
+        assert Use(100, 1.0, 60, 40).prior() is None  # no rejections counted (an older profile)
+        alpha, weight = Use(100, 1.0, 60, 40, rejected=10).prior()
+        assert alpha == pytest.approx(prior_from(40, 10)[0]) and alpha > PRIOR_ALPHA
+
+    def test_a_damaged_file_is_set_aside_and_started_again(self, tmp_path):
+        path = tmp_path / "p.json"
+        path.write_text("{not json")
+        store = ProfileStore(path)
+        assert store.load() == {} and "set aside" in store.warning
+        assert list(tmp_path.glob("p.json.bad-*"))
+        store.update("k", tmp_path / "t.gguf", verify={1: 0.1})
+        assert json.loads(path.read_text())["k"]["verify"] == {"1": 0.1}
+
+    def test_a_damaged_file_is_left_alone_while_another_process_holds_the_lock(self, tmp_path, monkeypatch):
+        # the holder may be about to replace it with a good file: moving that aside would lose it
+        monkeypatch.setattr(lockedfile, "LOCK_TIMEOUT", 0.1)
+        path = tmp_path / "p.json"
+        path.write_text("{not json")
+        store = ProfileStore(path)
+        with lockedfile.locked(path):
+            assert store.load() == {}
+        assert "left as it is" in store.warning and "p.json.lock" in store.warning
+        assert path.read_text() == "{not json" and not list(tmp_path.glob("p.json.bad-*"))
+
+    def test_an_update_that_cannot_take_the_lock_raises_and_writes_nothing(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(lockedfile, "LOCK_TIMEOUT", 0.1)
+        store = ProfileStore(tmp_path / "p.json")
+        store.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0)})
+        before = store.path.read_text()
+        with lockedfile.locked(store.path), pytest.raises(OSError, match="nothing was written"):
+            store.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0)})  # Session.close catches OSError
+        assert store.path.read_text() == before
+
+    def test_the_key_changes_with_the_file_and_the_machine(self, tmp_path):
+        f = tmp_path / "m.gguf"
+        f.write_bytes(b"x")
+        a = model_key(f, machine_id("build-1"), 2, 0)
+        assert a == model_key(f, machine_id("build-1"), 2, 0)
+        assert a != model_key(f, machine_id("build-2"), 2, 0)
+        assert a != model_key(f, machine_id("build-1"), 4, 0)
+        assert a != model_key(f, machine_id("build-1"), 2, 10)
+        f.write_bytes(b"xy")
+        assert a != model_key(f, machine_id("build-1"), 2, 0)
+
+
+class TestExpected:
+    # the F16 target and the 0.5B draft on this CPU, roughly
+    TARGET = Profile("t", "2026-12-01", verify={1: 0.16, 2: 0.165, 4: 0.186, 8: 0.27})
+    DRAFT = Profile("d", "2026-12-01", draft_pass=0.033)
+
+    def test_target_alone_is_one(self):
+        e = expected(self.TARGET, "none")
+        assert e.speedup == 1.0 and e.tokens_per_second == pytest.approx(6.25)
+
+    def test_a_draft_never_used_comes_from_the_cost_model_with_an_assumed_acceptance(self):
+        e = expected(self.TARGET, "d", self.DRAFT)
+        assert 1.2 < e.speedup < 2.5 and f"assumed acceptance {ASSUMED_ALPHA:.0%}" in e.label
+        assert e.label.startswith(f"expected {e.speedup:.2f}× · ")
+
+    def test_use_wins_over_the_model(self):
+        t = Profile("t", "2026-12-01", verify={1: 0.1}, use={"d": Use(100, 5.0, 80, 70)})
+        e = expected(t, "d", self.DRAFT)
+        assert e.tokens_per_second == pytest.approx(20.0) and e.speedup == pytest.approx(2.0)
+        assert "measured in use over 100 tokens" in e.label
+
+    def test_lookup_unknown_until_used_and_nothing_without_a_curve(self):
+        assert expected(self.TARGET, "lookup") is None
+        assert expected(Profile("t", ""), "none") is None
+
+    def test_drafting_that_cannot_pay_is_expected_at_one(self):
+        cpu = Profile("t", "x", verify={n: 0.07 * n for n in (1, 2, 4, 8)})
+        assert expected(cpu, "d", Profile("d", "x", draft_pass=0.04)).speedup == pytest.approx(1.0)
+
+
+class TestSessionKeepsProfiles:
+    def test_load_measures_and_close_adds_the_use(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        target_key = model_key(tiny_pair[0], s.machine, 1, s.offload.target_layers)
+        draft_key = model_key(tiny_pair[1], s.machine, 1, s.offload.draft_layers)
+        assert set(store.get(target_key).verify) >= {1, 2, 4, 8}
+        assert store.get(draft_key).draft_pass > 0
+        steps = list(s.chat([{"role": "user", "content": "hello"}], GREEDY, 12))
+        s.close()
+        use = store.get(target_key).use[str(tiny_pair[1].resolve())]
+        assert use.tokens == sum(len(x.emitted) for x in steps) and use.seconds > 0
+        assert use.drafted == sum(len(x.drafted) for x in steps)
+        assert use.rejected == sum(x.n_accepted < len(x.drafted) for x in steps)
+
+    def test_the_next_load_starts_from_what_this_pair_measured(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        s.costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)  # costs where drafting pays
+        assert s.drafting("draft").controller.alpha == pytest.approx(PRIOR_ALPHA)  # untried: the default
+        for _ in range(3):
+            list(s.chat([{"role": "user", "content": "hello world the model"}], GREEDY, 24))
+        s.close()
+        again = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        try:
+            use = store.get(model_key(tiny_pair[0], again.machine, 1, again.offload.target_layers)).use
+            counted = use[str(tiny_pair[1].resolve())]
+            controller = again.drafting("draft").controller
+            assert isinstance(controller, AdaptiveController) and counted.rejected > 0
+            assert controller.alpha == pytest.approx(prior_from(counted.accepted, counted.rejected)[0])
+        finally:
+            again.close()
+
+    def test_a_load_beside_a_burst_of_load_starts_from_the_draft_pass_measured_before(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        options = LoadOptions(n_ctx=512, threads=1)
+        quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+        quiet.close()
+        draft_key = model_key(tiny_pair[1], quiet.machine, 1, quiet.offload.draft_layers)
+        usual = store.get(draft_key).draft_pass
+        from localspec.core import costs
+
+        def busy_calibrate(*args, **kwargs):  # every draft pass timed 30x slower at this load
+            curve, draft = costs.calibrate(*args, **kwargs)
+            slow = costs.DraftCost()
+            for _ in range(3):
+                slow.observe(1, 30 * draft.seconds)
+            return curve, slow
+
+        import localspec.chat.session as session_module
+
+        for _ in range(3):  # three more quiet loads: the history holds four, more than a load's own three
+            Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store).close()
+        session_module.calibrate, real = busy_calibrate, session_module.calibrate
+        try:
+            busy = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+        finally:
+            session_module.calibrate = real
+        try:
+            assert busy.costs.t_draft < 3 * usual  # outvoted by the loads before it
+            assert busy.costs.draft.own_seconds > 10 * usual  # and its own measurement is what it saves
+        finally:
+            busy.close()
+        assert store.get(draft_key).draft_pass < 3 * usual  # the profile's median: one busy load of five
+
+    def test_no_store_no_file(self, tiny_pair, tmp_path):
+        s = Session.load(PairSpec(tiny_pair[0]), LoadOptions(n_ctx=512, threads=1))
+        s.close()
+        assert not list(tmp_path.rglob("profiles.json"))
+
+
+class TestRecommendation:
+    def test_honest_about_absolute_speed(self):
+        machine = "m1"
+        q4 = Profile("/m/q4.gguf", "2026-12-01", verify={1: 0.07, 2: 0.10, 4: 0.12})
+        f16 = Profile(
+            "/m/f16.gguf", "2026-12-01", verify={1: 0.16, 2: 0.165}, use={"/m/d.gguf": Use(200, 20.0, 150, 140)}
+        )
+        other = Profile("/m/x.gguf", "2026-12-01", verify={1: 0.01})  # another machine's
+        profiles = {
+            f"/m/q4.gguf|1|2|{machine}|tNone|g0": q4,
+            f"/m/f16.gguf|1|2|{machine}|tNone|g0": f16,
+            "/m/x.gguf|1|2|m2|tNone|g0": other,
+        }
+        options = options_here(profiles, machine)
+        assert {(o.target, o.how) for o in options} == {
+            ("/m/q4.gguf", "none"),
+            ("/m/f16.gguf", "none"),
+            ("/m/f16.gguf", "/m/d.gguf"),
+        }
+        text = recommend(options)
+        assert text.startswith("fastest here: q4.gguf alone (14.3 tok/s expected)")
+        assert "f16.gguf with the draft d.gguf speculates at 1.60× but is still slower (10.0 tok/s)" in text
+
+    def test_nothing_measured_nothing_said(self):
+        assert recommend([]) is None

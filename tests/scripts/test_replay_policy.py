@@ -1,0 +1,70 @@
+"""scripts/replay_policy.py, the policy replay: a recorded greedy reply through the real engine,
+timed on a virtual clock from the measured curve, with the draft's rows memoised."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec.core import costs as costs_module
+from localspec.core.costs import CostModel, DraftCost, VerifyCurve
+from localspec.core.engine import SpeculativeEngine
+from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
+from localspec.core.sampling import SamplingParams
+from tests.support.fakes import FakeModel, hashed_logits, oracle_greedy
+
+spec = importlib.util.spec_from_file_location(
+    "replay_policy", Path(__file__).parents[2] / "scripts" / "replay_policy.py"
+)
+assert spec and spec.loader
+replay_policy = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(replay_policy)
+
+V = 40
+PROMPT = [3, 4, 5, 6]
+CURVE = {n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)}
+
+
+class Forbidden(FakeModel):
+    def _decode(self, tokens, start, n_logits):
+        raise AssertionError("the memo should have answered")
+
+
+def run(mode_name, target_fn, draft_model_, memo, monkeypatch):
+    clock = replay_policy.Clock(0.0, 0)
+    monkeypatch.setattr(costs_module, "clock", clock)
+    reply = oracle_greedy(target_fn, PROMPT, 24)
+    target = replay_policy.ReplayTarget(FakeModel(target_fn, V), CURVE, clock)
+    target.true = PROMPT + reply
+    draft = replay_policy.MemoDraft(draft_model_, 0.2, 0.05, clock, memo)
+    ctx = ModeContext(target, draft, CostModel(VerifyCurve(CURVE), DraftCost(0.2)), max_k=8)
+    mode = target_alone(ctx) if mode_name == "none" else draft_model(ctx)
+    engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(PROMPT))), mode.controller)
+    steps = list(engine.generate(list(PROMPT), SamplingParams(), 24))
+    return reply, steps, clock
+
+
+def test_the_replayed_target_gives_the_recorded_reply_whatever_the_draft(monkeypatch):
+    target_fn = hashed_logits(1, V)
+    drafts = FakeModel(hashed_logits(2, V), V)  # another model: most drafts are wrong
+    reply, steps, _ = run("draft", target_fn, drafts, {}, monkeypatch)
+    assert [t for s in steps for t in s.emitted] == reply
+    assert sum(len(s.drafted) for s in steps) > 0
+
+
+def test_the_target_alone_costs_t1_a_token_on_the_virtual_clock(monkeypatch):
+    target_fn = hashed_logits(1, V)
+    reply, steps, _ = run("none", target_fn, FakeModel(target_fn, V), {}, monkeypatch)
+    assert sum(s.step_seconds for s in steps) == pytest.approx(len(reply) * CURVE[1])
+
+
+def test_a_second_replay_reads_the_draft_from_the_memo_with_the_same_top_token(monkeypatch):
+    target_fn = hashed_logits(1, V)
+    memo: dict = {}
+    _, first, _ = run("draft", target_fn, FakeModel(target_fn, V), memo, monkeypatch)
+    assert memo
+    _, again, _ = run("draft", target_fn, Forbidden(target_fn, V), memo, monkeypatch)
+    assert [s.drafted for s in again] == [s.drafted for s in first]
+    ids, logits, lse = next(iter(memo.values()))
+    assert len(ids) == replay_policy.TOP and np.all(logits <= lse)
