@@ -187,12 +187,12 @@ def replay(args) -> None:
     policies = args.policies.split(",")
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
     for policy in policies:
-        mode = build(policy, ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), max_k=16))
+        mode = build(policy, ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), draft_max=16))
         counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
         for p in prompts:
             if args.cold:  # a fresh load for every reply, as `localspec run` starts
                 prior = None if args.no_profile or not counted[1] else prior_from(*counted)
-                ctx = ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), max_k=16, prior=prior)
+                ctx = ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), draft_max=16, prior=prior)
                 mode = build(policy, ctx)
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
             engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(p["prompt"]))), mode.controller)

@@ -34,8 +34,10 @@ class Variant:
         self.name, self.session = name, session
         # private copies: what one variant measures must not teach another
         costs = CostModel(session.costs.verify.copy(), session.costs.draft.copy() if name != "none" else DraftCost())
-        max_k = session.options.max_k
-        self.controller: Controller = FixedController(costs, 0) if name == "none" else AdaptiveController(costs, max_k)
+        draft_max = session.options.draft_max
+        self.controller: Controller = (
+            FixedController(costs, 0) if name == "none" else AdaptiveController(costs, draft_max)
+        )
         self.gate = LookupGate(costs, COPY_PRIOR) if name == "hybrid" else None
 
     def drafter(self):

@@ -119,7 +119,7 @@ class PacedSession:
         self.yield_times: list[tuple[float, int]] = []  # (t, cumulative chars)
         self.lock = threading.Lock()
 
-    def drafting_state(self, mode=None, n_max=None) -> DraftingState:
+    def drafting_state(self, mode=None, draft_max=None) -> DraftingState:
         return DraftingState(True, self.burst - 1, "bench: a paced fake")
 
     def token_text(self, t: int) -> str:

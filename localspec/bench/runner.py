@@ -255,13 +255,13 @@ def run_once(
     )
 
 
-def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, max_k: int = 16) -> float | None:
+def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, draft_max: int = 16) -> float | None:
     """Best expected speed-up over k (Leviathan et al. eq. with T(k+1) measured)."""
     mode = split_mode(mode)[0]
     if alpha is None or mode == "none":
         return None
     t_draft = costs.t_draft if mode == "draft" or parse_fixed(mode) else 0.0
-    rates = speeds(costs, alpha, max_k, t_draft=t_draft)
+    rates = speeds(costs, alpha, draft_max, t_draft=t_draft)
     return float(rates.max() / rates[0])
 
 

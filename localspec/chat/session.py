@@ -56,7 +56,7 @@ class PairSpec:
 
 class LoadOptions(ModelOptions, DraftOptions):
     """What a load takes: the model and drafting groups of ``localspec.core.options``, flat
-    (``options.n_ctx``, ``options.max_k``), with their defaults and ranges. The app and the CLI
+    (``options.n_ctx``, ``options.draft_max``), with their defaults and ranges. The app and the CLI
     build it with :func:`load_options`."""
 
 
@@ -202,37 +202,41 @@ class Session:
     def engine(
         self,
         mode: Mode | str | None = None,
-        n_max: int | None = None,
+        draft_max: int | None = None,
         p_min: float | None = None,
         prompt_len: int = 0,
         repeatable: bool = False,
     ) -> SpeculativeEngine:
-        """The engine for ``mode`` (a name in ``self.modes``; default: the pair's). ``n_max``
+        """The engine for ``mode`` (a name in ``self.modes``; default: the pair's). ``draft_max``
         and ``p_min`` replace the options' longest draft and draft confidence for this engine
-        (a server request's ``speculative.n_max`` / ``.p_min``); ``prompt_len`` is the reply's
+        (a server request's ``speculative.draft_max`` / ``.p_min``); ``prompt_len`` is the reply's
         prompt (the bench's oracle replays what follows it). ``repeatable``: draft lengths that
         follow no timing, so a seeded sampled reply repeats (``modes.repeatable``)."""
-        drafting = self.drafting(mode, n_max, repeatable)
+        drafting = self.drafting(mode, draft_max, repeatable)
         reply = Reply(prompt_len, self.options.p_min if p_min is None else p_min)
         return SpeculativeEngine(self.target, drafting.new_drafter(reply), drafting.controller)
 
-    def drafting(self, mode: Mode | str | None = None, n_max: int | None = None, repeatable: bool = False) -> Drafting:
-        """The state of ``mode`` at longest draft ``n_max`` (default: the options'), built on
+    def drafting(
+        self, mode: Mode | str | None = None, draft_max: int | None = None, repeatable: bool = False
+    ) -> Drafting:
+        """The state of ``mode`` at longest draft ``draft_max`` (default: the options'), built on
         first use: each longest draft keeps a controller of its own, since what it learns
         (acceptance, measured speed) depends on it. ``repeatable``: the mode's fixed-length
         form for seeded replies (``modes.repeatable``), kept apart."""
         spec = self.modes[mode or self.mode]
-        max_k = n_max or self.options.max_k
-        key = (spec, max_k, repeatable)
+        draft_max = draft_max or self.options.draft_max
+        key = (spec, draft_max, repeatable)
         if key not in self._drafting:
-            ctx = self._mode_context(max_k, spec.name)
+            ctx = self._mode_context(draft_max, spec.name)
             self._drafting[key] = repeatable_mode(spec, ctx, self._costs_at_load) if repeatable else spec.build(ctx)
         return self._drafting[key]
 
-    def _mode_context(self, max_k: int, mode: str) -> ModeContext:
+    def _mode_context(self, draft_max: int, mode: str) -> ModeContext:
         banned = self.compat.banned_draft_ids if self.compat else frozenset()
         o = self.options
-        return ModeContext(self.target, self.draft, self.costs, max_k, o.adaptive, o.copy, banned, self._prior(mode))
+        return ModeContext(
+            self.target, self.draft, self.costs, draft_max, o.adaptive, o.copy, banned, self._prior(mode)
+        )
 
     def _prior(self, mode: str) -> tuple[float, float] | None:
         """The acceptance prior of ``mode``: what this pair's profile counted here before."""
@@ -259,11 +263,11 @@ class Session:
         return model_key(self.spec.target, self.machine, self.options.threads, plan.target_layers if plan else None)
 
     def drafting_state(
-        self, mode: Mode | str | None = None, n_max: int | None = None, params: SamplingParams | None = None
+        self, mode: Mode | str | None = None, draft_max: int | None = None, params: SamplingParams | None = None
     ) -> DraftingState:
         """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
         a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
-        return explain(self.drafting(mode, n_max, seeded(params)).controller)
+        return explain(self.drafting(mode, draft_max, seeded(params)).controller)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)
@@ -295,11 +299,11 @@ class Session:
         mode: Mode | str | None = None,
         raw: bool = False,
         stop: Sequence[str] = (),
-        n_max: int | None = None,
+        draft_max: int | None = None,
         p_min: float | None = None,
         repeatable: bool | None = None,
     ) -> Iterator[Step]:
-        """The reply to ``messages`` in ``mode``, step by step; ``n_max`` / ``p_min``: this
+        """The reply to ``messages`` in ``mode``, step by step; ``draft_max`` / ``p_min``: this
         reply's drafting limits (see ``engine``). A sampled reply with a seed is repeatable
         (the same seed, the same reply, in this session) unless ``repeatable=False`` (the
         bench, which measures the adaptive drafting at every temperature)."""
@@ -308,7 +312,7 @@ class Session:
         if repeatable is None:
             repeatable = seeded(params)
         with self.lock:
-            engine = self.engine(mode, n_max, p_min, prompt_len=len(ids), repeatable=repeatable)
+            engine = self.engine(mode, draft_max, p_min, prompt_len=len(ids), repeatable=repeatable)
             for step in engine.generate(ids, params, max_tokens, stop):
                 if counted:
                     self._count(mode, step)

@@ -42,8 +42,8 @@ class Explorer:
     verify (the padding rows are thrown away like rejected drafts), the single-token one by a
     step without drafting."""
 
-    def __init__(self, costs: CostModel, max_k: int) -> None:
-        self.costs, self.max_k = costs, max_k
+    def __init__(self, costs: CostModel, draft_max: int) -> None:
+        self.costs, self.draft_max = costs, draft_max
         self.budget = Budget(EXPLORE_SHARE)
         self.since = 0
 
@@ -64,13 +64,13 @@ class Explorer:
         """The uncertain size that would beat ``k_now`` by the most were its estimate
         EXPLORE_MARGIN too high, and that the budget affords. T(1) only once it is old: it is
         measured whenever drafting is off, and a step without drafting is dear."""
-        ks = np.arange(self.max_k + 1)
-        curve = self.costs.curve(self.max_k + 1)
-        optimistic = speeds(self.costs, alpha, self.max_k, verify_scale=1.0 - EXPLORE_MARGIN)
+        ks = np.arange(self.draft_max + 1)
+        curve = self.costs.curve(self.draft_max + 1)
+        optimistic = speeds(self.costs, alpha, self.draft_max, verify_scale=1.0 - EXPLORE_MARGIN)
         cost = curve[1:] - curve[k_now + 1]
         cost[0] = step
         verify = self.costs.verify
-        uncertain = np.array([verify.uncertain(n) for n in range(1, self.max_k + 2)])
+        uncertain = np.array([verify.uncertain(n) for n in range(1, self.draft_max + 2)])
         larger = (ks > k_now) | ((ks == 0) & ((verify.age(1) or 0) > STALE_AFTER))
         could_win = uncertain & larger & (optimistic > rates[k_now]) & (cost <= self.budget.credit)
         if not could_win.any():

@@ -64,7 +64,7 @@ class Choice:
     # > 0: pad this step's verify to this many tokens to measure T there (the padding rows are
     # evaluated and thrown away, like rejected drafts): budget.Explorer
     measure: int = 0
-    reach: int = 0  # > k: a draft the drafter is sure of may run this long (rules.MarginalRule)
+    draft_max: int = 0  # > k: a draft the drafter is sure of may run this long (rules.MarginalRule)
 
     @property
     def predicted_speedup(self) -> float:
@@ -75,7 +75,7 @@ class Controller(Protocol):
     """What the engine asks of a controller."""
 
     costs: CostModel
-    max_k: int
+    draft_max: int
     acceptance: Acceptance
 
     def choose(self, behind: Callable[[], int] | None = None) -> Choice: ...
@@ -96,7 +96,7 @@ class FixedController:
     or measured. The acceptance is counted only for the predicted speed-up."""
 
     def __init__(self, costs: CostModel, k: int, reason: str = "fixed: --no-adapt") -> None:
-        self.costs, self.k, self.max_k = costs, k, k
+        self.costs, self.k, self.draft_max = costs, k, k
         self.reason = reason  # what the drafting line says fixed it
         self.acceptance = Acceptance()
 
@@ -171,21 +171,21 @@ class AdaptiveController:
     """Each step the best k at the learnt acceptance while the guard agrees; while off, a try as
     the budget affords; now and then a verify size measured (``budget.Explorer``). ``gated``: k
     is only a cap and the drafter's gate weighs each proposal (prompt lookup), drafting whenever
-    the hardware could pay; ``reach``: a draft the drafter is sure of may run to max_k."""
+    the hardware could pay; ``extend_when_sure``: a draft the drafter is sure of may run to draft_max."""
 
     def __init__(
         self,
         costs: CostModel,
-        max_k: int = 16,
+        draft_max: int = 16,
         gated: bool = False,
-        reach: bool = False,
+        extend_when_sure: bool = False,
         prior: tuple[float, float] | None = None,
     ) -> None:
-        self.costs, self.max_k, self.gated, self.reach = costs, max_k, gated, reach
+        self.costs, self.draft_max, self.gated, self.extend_when_sure = costs, draft_max, gated, extend_when_sure
         self.acceptance = Acceptance(*(prior or (PRIOR_ALPHA, PRIOR_WEIGHT)))
         self.guard = Guard()
         self.tries = Tries()
-        self.explorer = Explorer(costs, max_k)
+        self.explorer = Explorer(costs, draft_max)
         self.drafted = self.resumed = False  # anything verified yet; the last try found drafting pays
         self._steps, self._protected = 0, False  # this reply's steps; its opening keeps drafting on
         self._last_drafted = 0  # the last verify's drafts (the guard's modelled step)
@@ -194,8 +194,8 @@ class AdaptiveController:
     def alpha(self) -> float:
         return self.acceptance.alpha
 
-    def speeds(self, alpha: float | None = None) -> np.ndarray:  # costs.speeds, k = 0..max_k
-        return speeds(self.costs, self.alpha if alpha is None else alpha, self.max_k)
+    def speeds(self, alpha: float | None = None) -> np.ndarray:  # costs.speeds, k = 0..draft_max
+        return speeds(self.costs, self.alpha if alpha is None else alpha, self.draft_max)
 
     def best_k(self, rates: np.ndarray | None = None) -> int:
         """The k of the best expected rate, or 0 where it is not MIN_GAIN better than none."""
@@ -214,9 +214,9 @@ class AdaptiveController:
     def model_k(self, rates: np.ndarray | None = None) -> int:
         """The k the model wants (a gate's cap whenever the hardware could pay)."""
         if not self.costs.verify:
-            return min(UNMEASURED_K, self.max_k)
+            return min(UNMEASURED_K, self.draft_max)
         if self.gated:
-            return self.max_k if self.hardware_allows() else 0
+            return self.draft_max if self.hardware_allows() else 0
         return self.best_k(rates)
 
     def on(self) -> bool:
@@ -246,7 +246,7 @@ class AdaptiveController:
         draft pass's cost, and that estimate rests on few samples (RECHECK_SAMPLES)."""
         if not self.costs.verify or self.costs.draft.n_samples >= RECHECK_SAMPLES or self.hardware_allows():
             return False
-        free = speeds(self.costs, OPTIMISTIC_ALPHA, self.max_k, t_draft=0.0)
+        free = speeds(self.costs, OPTIMISTIC_ALPHA, self.draft_max, t_draft=0.0)
         return float(free.max() / free[0]) >= PROBE_GAIN
 
     def choose(self, behind: Callable[[], int] | None = None) -> Choice:
@@ -254,14 +254,16 @@ class AdaptiveController:
         drafting (asked only when a try is due)."""
         self._steps += 1
         if not self.costs.verify:
-            return Choice(min(UNMEASURED_K, self.max_k), math.nan, math.nan)
+            return Choice(min(UNMEASURED_K, self.draft_max), math.nan, math.nan)
         rates = self.speeds()
         k = self.model_k(rates)
         if k > 0 and (self._opening() or self.guard.pays(float(rates[0]))):
             self.tries.left = 0
             if self.gated:  # the gate predicts each proposal, not the controller
                 return Choice(k, math.nan, float(rates[0]))
-            choice = Choice(k, float(rates[k]), float(rates[0]), reach=self.max_k if self.reach else 0)
+            choice = Choice(
+                k, float(rates[k]), float(rates[0]), draft_max=self.draft_max if self.extend_when_sure else 0
+            )
             n = self.explorer.size(k, rates, self.alpha)
             if n == 1:  # T(1), by a step without drafting
                 return Choice(0, float(rates[0]), float(rates[0]))

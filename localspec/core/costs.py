@@ -159,13 +159,13 @@ class VerifyCurve:
         scale = math.exp(self.level)
         return {n: t * scale for n, t in zip(xs, isotonic([self._samples[n] for n in xs]))}
 
-    def curve(self, n_max: int) -> np.ndarray:
-        """T(0..n_max) as an array (T(0) = 0; NaN where nothing is measured yet). Kept until
+    def curve(self, draft_max: int) -> np.ndarray:
+        """T(0..draft_max) as an array (T(0) = 0; NaN where nothing is measured yet). Kept until
         the next sample: the controller reads it every step, and a GPU step is milliseconds."""
-        if self._full is None or len(self._full) <= n_max:
-            size = max(n_max, CURVE_SIZE)
+        if self._full is None or len(self._full) <= draft_max:
+            size = max(draft_max, CURVE_SIZE)
             self._full = np.concatenate([[0.0], self._interpolate(np.arange(1, size + 1))])
-        return self._full[: n_max + 1]
+        return self._full[: draft_max + 1]
 
     def T(self, n: int) -> float:
         return float(self.curve(n)[n]) if n >= 1 else 0.0
@@ -283,8 +283,8 @@ class CostModel:
     def T(self, n: int) -> float:
         return self.verify.T(n)
 
-    def curve(self, n_max: int) -> np.ndarray:
-        return self.verify.curve(n_max)
+    def curve(self, draft_max: int) -> np.ndarray:
+        return self.verify.curve(draft_max)
 
     def observe_verify(self, n: int, seconds: float) -> None:
         self.verify.observe(n, seconds)
@@ -316,9 +316,9 @@ def expected_tokens(alpha: float, k):
 
 
 def speeds(
-    costs: CostModel, alpha: float, n_max: int, t_draft: float | None = None, verify_scale: float = 1.0
+    costs: CostModel, alpha: float, draft_max: int, t_draft: float | None = None, verify_scale: float = 1.0
 ) -> np.ndarray:
-    """Expected tokens per second of a step that drafts k = 0..n_max tokens (Leviathan et al.
+    """Expected tokens per second of a step that drafts k = 0..draft_max tokens (Leviathan et al.
     2023, section 3, with measured costs in place of constants):
 
         E(k) / (k * t_draft + T(k + 1))
@@ -327,9 +327,9 @@ def speeds(
     k drafts). k = 0 is the target alone. ``t_draft``: another price of a drafted token (0 for a
     copy); ``verify_scale``: T taken that much lower or higher (what if it were cheaper?). The
     one place this is computed: the controller, the rules, the bench and the profiles call it."""
-    ks = np.arange(n_max + 1)
+    ks = np.arange(draft_max + 1)
     per_token = costs.t_draft if t_draft is None else t_draft
-    return expected_tokens(alpha, ks) / (ks * per_token + verify_scale * costs.curve(n_max + 1)[1:])
+    return expected_tokens(alpha, ks) / (ks * per_token + verify_scale * costs.curve(draft_max + 1)[1:])
 
 
 def step_seconds(costs: CostModel, k: int) -> float:

@@ -47,10 +47,10 @@ class Drafter(Protocol):
     name: str
 
     def draft(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, reach: int = 0
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, draft_max: int = 0
     ) -> Draft:
         """Up to ``k`` tokens after ``context`` (a free copy may run longer: see Draft);
-        ``reach`` > k: a draft model may go on to ``reach`` tokens while it is sure of every
+        ``draft_max`` > k: a draft model may go on to ``draft_max`` tokens while it is sure of every
         one (rules.MarginalRule)."""
         ...
 
@@ -69,7 +69,7 @@ class DrafterBase(Drafter):
     name = "base"
 
     def draft(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, reach: int = 0
+        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, draft_max: int = 0
     ) -> Draft:
         raise NotImplementedError
 
@@ -95,7 +95,7 @@ class NoDrafter(DrafterBase):
 
     name = "none"
 
-    def draft(self, context, k, params, rng, reach=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
         return Draft()
 
 
@@ -152,7 +152,7 @@ class ModelDrafter(DrafterBase):
         self.max_copy = max_copy
         return self
 
-    def draft(self, context, k, params, rng, reach=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
         self._from_lookup = self._looked = False
         if k <= 0:
             return Draft()
@@ -163,7 +163,7 @@ class ModelDrafter(DrafterBase):
                 self._from_lookup = True
                 return Draft(copied.ids, copied=True)
         room = self.model.n_ctx - len(context)
-        k, reach = min(k, room), min(reach, room)
+        k, draft_max = min(k, room), min(draft_max, room)
         if k <= 0:
             return Draft()
         known = self._known(context)
@@ -177,7 +177,7 @@ class ModelDrafter(DrafterBase):
         qs: list[np.ndarray] = []
         conf: list[float] = []
         history = list(context[-max(params.repeat_last_n, 1) :])
-        rule = MarginalRule(self.costs, k, reach) if self.costs and self.costs.verify else None
+        rule = MarginalRule(self.costs, k, draft_max) if self.costs and self.costs.verify else None
         while True:
             logits = self._fit(rows[0])
             token, q, top_p = self._choose(logits, history, params, rng)
@@ -188,7 +188,7 @@ class ModelDrafter(DrafterBase):
             history.append(token)
             if q is not None:
                 qs.append(q)
-            if len(ids) == (rule.longest if rule else k) or (rule and not rule.another_pass(top_p)):
+            if len(ids) == (rule.draft_max_now if rule else k) or (rule and not rule.another_pass(top_p)):
                 break
             rows = self.model.evaluate([token], 1)
             n_evals += 1
@@ -268,7 +268,7 @@ class PromptLookupDrafter(DrafterBase):
         self._last_n: int | None = None  # match length of the last proposal
         self._match: tuple[int, tuple[int, ...]] | None = None  # the last match: length, continuation
 
-    def draft(self, context, k, params, rng, reach=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
         self._last_n, self._match = None, None
         if k <= 0 or len(context) < self.min_ngram + 1:
             return Draft()
@@ -358,7 +358,7 @@ class OracleDrafter(DrafterBase):
         self.left_reference_at: int | None = None
         self._checked = 0  # reply tokens already compared with the reference
 
-    def draft(self, context, k, params, rng, reach=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
         pos = len(context) - self.prompt_len  # reply tokens so far
         if not self._on_reference(context, pos) or k <= 0 or pos >= len(self.proposals):
             return Draft()

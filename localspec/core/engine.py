@@ -112,12 +112,12 @@ class SpeculativeEngine:
         t_start = _costs.clock()
         choice = self.controller.choose(lambda: self.drafter.behind(context))
         # drafting past the token budget or the context is wasted work
-        limit = max(0, min(budget - 1, room - 1))
-        k = min(choice.k, limit)
+        draft_max = max(0, min(budget - 1, room - 1))
+        k = min(choice.k, draft_max)
         t0 = _costs.clock()
-        draft = self.drafter.draft(context, k, params, rng, min(choice.reach, limit)) if k else Draft()
+        draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
-        drafted = draft.ids[:limit]  # a free copy may run past k (see drafters.Drafter)
+        drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
         pad = _padding(context, drafted, choice.measure, room)
         batch = context + list(drafted) + pad
         rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad), known=self._known(context))  # verify

@@ -48,7 +48,7 @@ def explain(ctl: Controller) -> DraftingState:
         return DraftingState(True, ctl.k, f"k={ctl.k} every step ({ctl.reason})")
     assert isinstance(ctl, AdaptiveController)
     if not ctl.costs.verify:
-        k = min(UNMEASURED_K, ctl.max_k)
+        k = min(UNMEASURED_K, ctl.draft_max)
         return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
     if not ctl.hardware_allows():
         return _off_here(ctl)
@@ -74,11 +74,15 @@ def _on(ctl: AdaptiveController, k: int) -> DraftingState:
     speedup = float(rates[k] / rates[0])
     again = "a try found drafting pays again; " if ctl.resumed else ""
     cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if ctl.costs.t_draft else ""
-    reach = f"; up to {ctl.max_k} while the draft is sure of every token" if ctl.reach and ctl.max_k > k else ""
+    extended = (
+        f"; up to {ctl.draft_max} while the draft is sure of every token"
+        if ctl.extend_when_sure and ctl.draft_max > k
+        else ""
+    )
     verify = ctl.costs.T(k + 1) / t1
     why = (
         f"{again}k={k}, expected {speedup:.2f}× ({cost}checking {k + 1} tokens costs {verify:.2f} passes, "
-        f"acceptance {ctl.alpha:.0%}){reach}"
+        f"acceptance {ctl.alpha:.0%}){extended}"
     )
     return DraftingState(True, k, why, None, draft_cost, verify, speedup)
 
@@ -88,10 +92,10 @@ def _gated(ctl: AdaptiveController) -> DraftingState:
     _, draft_cost, check2 = _units(ctl)
     again = "a try found proposing pays again; " if ctl.resumed else ""
     why = (
-        f"{again}up to {ctl.max_k} tokens, as much of each match as matches of its length have "
+        f"{again}up to {ctl.draft_max} tokens, as much of each match as matches of its length have "
         f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {ctl.alpha:.0%})"
     )
-    return DraftingState(True, ctl.max_k, why, None, draft_cost, check2)
+    return DraftingState(True, ctl.draft_max, why, None, draft_cost, check2)
 
 
 def _guard(ctl: AdaptiveController) -> DraftingState:

@@ -1,7 +1,7 @@
 """Drafting modes: a name for each way of drafting, and the factory that builds it.
 
 A factory gets a :class:`ModeContext` (the session's models, their measured costs and the
-drafting options, for one longest draft ``max_k``) and builds a :class:`Drafting`: the
+drafting options, for one longest draft ``draft_max``) and builds a :class:`Drafting`: the
 controller that picks k each step, kept across replies because what it learns (acceptance,
 measured speed) belongs to this configuration, and a fresh drafter for each reply. A session
 keeps one Drafting per registered mode and longest draft, so two configurations never share
@@ -37,8 +37,8 @@ class ModeContext:
     target: CachedModel
     draft: CachedModel | None
     costs: CostModel  # the pair's, measured at load: one verify curve for every mode of a target
-    max_k: int = 16  # the longest draft
-    adaptive: bool = True  # False: every step drafts max_k tokens (--no-adapt)
+    draft_max: int = 16  # the longest draft
+    adaptive: bool = True  # False: every step drafts draft_max tokens (--no-adapt)
     copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
     banned: frozenset[int] = frozenset()  # ids the draft must never propose (compat)
     prior: tuple[float, float] | None = None  # the acceptance prior (alpha, weight): the pair's profile
@@ -99,17 +99,17 @@ class ModeRegistry:
 
 
 def controller_for(
-    ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None, gated: bool = False, reach: bool = False
+    ctx: ModeContext, draft_cost: bool, fixed_k: int | None = None, gated: bool = False, extend_when_sure: bool = False
 ) -> Controller:
     """A controller on the pair's verify curve (one target, so one table of verify times shared
     by every mode); a draft token costs the draft model's pass, or nothing (prompt lookup,
     whose gate decides each proposal: ``gated``; a draft model's marginal rule may run a
-    draft it is sure of past k: ``reach``). Without adaptation every step drafts ``max_k``
+    draft it is sure of past k: ``extend_when_sure``). Without adaptation every step drafts ``draft_max``
     tokens unless ``fixed_k`` says otherwise."""
     costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
     if fixed_k is not None or not ctx.adaptive:
-        return FixedController(costs, ctx.max_k if fixed_k is None else fixed_k)
-    return AdaptiveController(costs, ctx.max_k, gated=gated, reach=reach, prior=ctx.prior)
+        return FixedController(costs, ctx.draft_max if fixed_k is None else fixed_k)
+    return AdaptiveController(costs, ctx.draft_max, gated=gated, extend_when_sure=extend_when_sure, prior=ctx.prior)
 
 
 def target_alone(ctx: ModeContext) -> Drafting:
@@ -124,13 +124,13 @@ def draft_model(ctx: ModeContext) -> Drafting:
     draft = ctx.draft
     if draft is None:
         raise ValueError("this session has no draft model")
-    controller = controller_for(ctx, draft_cost=True, reach=True)
+    controller = controller_for(ctx, draft_cost=True, extend_when_sure=True)
     rule_costs = controller.costs if ctx.adaptive else None
     gate = LookupGate(controller.costs, COPY_PRIOR) if ctx.adaptive and ctx.copy else None
 
     def new_drafter(reply: Reply) -> Drafter:
         drafter = ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs)
-        return drafter.with_lookup(PromptLookupDrafter(gate=gate), ctx.max_k) if gate else drafter
+        return drafter.with_lookup(PromptLookupDrafter(gate=gate), ctx.draft_max) if gate else drafter
 
     return Drafting(controller, new_drafter)
 
@@ -163,8 +163,8 @@ def repeatable(mode: DraftingMode, ctx: ModeContext, at_load: CostModel) -> Draf
     if not ctx.adaptive:  # the user's fixed length already repeats
         return mode.build(replace(ctx, copy=False))
     controller = mode.build(replace(ctx, costs=at_load)).controller
-    k = controller.model_k() if isinstance(controller, AdaptiveController) else controller.max_k
-    drafting = mode.build(replace(ctx, max_k=k, adaptive=False, copy=False))
+    k = controller.model_k() if isinstance(controller, AdaptiveController) else controller.draft_max
+    drafting = mode.build(replace(ctx, draft_max=k, adaptive=False, copy=False))
     if isinstance(drafting.controller, FixedController):
         drafting.controller.reason = "fixed for a seeded reply, as the costs measured at load chose"
     return drafting

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
 from annotated_types import Ge, Gt, Le
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
 
 Number = int | float
@@ -116,12 +116,20 @@ with warnings.catch_warnings():
 
         model_config = ConfigDict(frozen=True, extra="forbid")
 
-        max_k: Annotated[int, Flag("--draft-max", hint="0 never drafts")] = Field(
+        @model_validator(mode="before")
+        @classmethod
+        def _renamed_keys(cls, data: Any) -> Any:
+            """Settings files written before the rename say ``max_k``: read it as ``draft_max``."""
+            if isinstance(data, dict) and "max_k" in data and "draft_max" not in data:
+                data = {("draft_max" if key == "max_k" else key): value for key, value in data.items()}
+            return data
+
+        draft_max: Annotated[int, Flag("--draft-max", hint="0 never drafts")] = Field(
             16, ge=0, le=MAX_DRAFT, description="Longest draft per step; 0 never drafts."
         )
         adaptive: Annotated[
             bool, Flag("--no-adapt", help="always draft --draft-max tokens instead of choosing k from measured costs")
-        ] = Field(True, description="Pick k each step from measured costs; off: always draft max_k tokens.")
+        ] = Field(True, description="Pick k each step from measured costs; off: always draft draft_max tokens.")
         p_min: Annotated[float, Flag("--p-min")] = Field(
             DEFAULT_P_MIN,
             ge=0.0,

@@ -10,7 +10,7 @@ import numpy as np
 from .costs import CostModel, speeds
 
 # Tuning choices, each with its reason:
-# A draft may run past the controller's k (up to its reach) while every token's raw confidence
+# A draft may run past the controller's k (up to its draft_max) while every token's raw confidence
 # is at least this: Leviathan's k assumes every token is accepted at the mean rate, which a run
 # of near-certain tokens (code the draft has seen many times) beats. Replays of recorded
 # replies put 0.9-0.98 within noise of each other; 0.95 was the steadiest (docs/benchmarks.md).
@@ -40,26 +40,26 @@ class MarginalRule:
 
     The rule looks ahead: a verify curve has steps (a kernel's tile size), and the row at a step
     alone never pays although the rows past it do, nearly free. So a token (or another pass) is
-    judged on the best of going on by 1..(longest - n) tokens, those still to come taken at the
-    last one's confidence. The longest is ``k``, or ``reach`` while the draft is SURE of every
+    judged on the best of going on by 1..(draft_max_now - n) tokens, those still to come taken at the
+    last one's confidence. ``draft_max_now`` is ``k``, or ``draft_max`` while the draft is SURE of every
     token so far.
     """
 
-    def __init__(self, costs: CostModel, k: int = 64, reach: int = 0) -> None:
+    def __init__(self, costs: CostModel, k: int = 64, draft_max: int = 0) -> None:
         self.costs = costs
-        self.k, self.reach = k, max(reach, k)
+        self.k, self.draft_max = k, max(draft_max, k)
         self.sure = True  # every token so far had raw confidence >= SURE
         self.p_chain, self.expected, self.n, self.passes = 1.0, 1.0, 0, 1
-        self._curve = costs.curve(self.reach + 1)  # read once: the draft's tokens all use it
+        self._curve = costs.curve(self.draft_max + 1)  # read once: the draft's tokens all use it
 
     @property
-    def longest(self) -> int:
-        return self.reach if self.sure else self.k
+    def draft_max_now(self) -> int:
+        return self.draft_max if self.sure else self.k
 
     def _pays(self, c: float, paid: bool) -> bool:
-        """Whether going on by j = 1..(longest - n) tokens of calibrated acceptance c beats
+        """Whether going on by j = 1..(draft_max_now - n) tokens of calibrated acceptance c beats
         stopping here, for some j; ``paid``: the first of them is drafted already."""
-        n_more = self.longest - self.n
+        n_more = self.draft_max_now - self.n
         if n_more <= 0:
             return False
         js = np.arange(1, n_more + 1)

@@ -41,7 +41,7 @@ OPTION_FIELDS = {
     "min_p": "min_p",
     "repeat_penalty": "repeat_penalty",
     "seed": "seed",
-    "speculative.n_max": "max_k",
+    "speculative.n_max": "draft_max",
     "speculative.p_min": "p_min",
 }
 
@@ -84,7 +84,7 @@ class Speculative(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
     type: Mode | None = Field(None, description="draft, lookup or none; default: the server's mode.")
-    n_max: Any = Field(None, description="Longest draft per step; 0 drafts nothing.")
+    n_max: Any = Field(None, description="Longest draft per step; 0 drafts nothing.")  # llama.cpp's name: draft_max
     p_min: Any = Field(None, description="Stop a draft below this confidence.")
 
 
@@ -215,7 +215,7 @@ class Job:
     max_tokens: int | None  # None: until the context is full
     stop: tuple[str, ...]
     mode: Mode
-    n_max: int | None  # None: the server's --draft-max
+    draft_max: int | None  # None: the server's --draft-max
     p_min: float | None  # None: the server's --p-min
     stream: bool
     include_usage: bool

@@ -196,7 +196,7 @@ class Generations:
                 mode=job.mode,
                 raw=job.raw,
                 stop=job.stop,
-                n_max=job.n_max,
+                draft_max=job.draft_max,
                 p_min=job.p_min,
             )
             try:
@@ -208,7 +208,7 @@ class Generations:
             finally:
                 steps.close()  # the engine's state is consistent between steps
                 run.baseline_tps = self.session.baseline_tokens_per_second
-                run.drafting = self.session.drafting_state(job.mode, job.n_max, job.params)
+                run.drafting = self.session.drafting_state(job.mode, job.draft_max, job.params)
         except Exception as e:
             run.put(e)
         finally:

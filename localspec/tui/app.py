@@ -199,7 +199,7 @@ class LocalspecApp(App):
         else:
             draft = next((d for d in drafts if d.filename == wanted), drafts[0] if drafts else None)
             mode = "draft" if draft else "lookup"
-        return PairChoice(pair.id, draft, mode, s.draft.max_k, s.draft.adaptive, s.draft.p_min)
+        return PairChoice(pair.id, draft, mode, s.draft.draft_max, s.draft.adaptive, s.draft.p_min)
 
     # --- pair menu, downloads, loading ------------------------------------------------------
     def action_pairs(self) -> None:
@@ -217,7 +217,7 @@ class LocalspecApp(App):
                 self._present,
                 s.default_pair or catalog.default_pair_id,
                 draft_value,
-                s.draft.max_k,
+                s.draft.draft_max,
                 s.draft.adaptive,
                 s.draft.p_min,
                 self._expected_line(),
@@ -229,7 +229,7 @@ class LocalspecApp(App):
         if choice is None:
             return
         draft = self.settings.draft.model_copy(
-            update={"max_k": choice.max_k, "adaptive": choice.adaptive, "p_min": choice.p_min}
+            update={"draft_max": choice.draft_max, "adaptive": choice.adaptive, "p_min": choice.p_min}
         )
         default_draft = choice.draft.filename if choice.draft else choice.mode
         update = {"default_pair": choice.pair_id, "draft": draft, "default_draft": default_draft}

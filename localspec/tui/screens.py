@@ -412,7 +412,7 @@ class PairChoice:
     pair_id: str
     draft: Any | None  # a catalog ModelRef, or None for prompt lookup / no draft
     mode: str  # "draft" | "lookup" | "none"
-    max_k: int
+    draft_max: int
     adaptive: bool
     p_min: float
 
@@ -444,7 +444,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
         present: Callable[[Any], bool],
         selected: str | None,
         draft_choice: str | None,
-        max_k: int,
+        draft_max: int,
         adaptive: bool,
         p_min: float,
         expected: Callable[[Any], str | None] | None = None,
@@ -455,7 +455,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
         self.expected = expected  # pair -> "expected here: ..." from this machine's profiles
         self.selected = selected or catalog.default_pair_id
         self.draft_choice = draft_choice
-        self.max_k, self.adaptive, self.p_min = max_k, adaptive, p_min
+        self.draft_max, self.adaptive, self.p_min = draft_max, adaptive, p_min
         self.ram = machine_memory()
 
     def _pair_label(self, pair) -> Text:
@@ -491,7 +491,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
             with Horizontal(classes="field-row"):
                 yield Label("max draft k", classes="field-label")
                 yield Input(
-                    "auto" if self.adaptive else str(self.max_k),
+                    "auto" if self.adaptive else str(self.draft_max),
                     id="max-k",
                     placeholder=f"auto or 0..{options.MAX_DRAFT}",
                 )
@@ -545,7 +545,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
         raw_k = self.query_one("#max-k", Input).value.strip().lower()
         try:
             adaptive = raw_k in ("", "auto")
-            max_k = self.max_k if adaptive else options.parse("max_k", raw_k, "max draft k")
+            draft_max = self.draft_max if adaptive else options.parse("draft_max", raw_k, "max draft k")
             p_min = options.parse("p_min", self.query_one("#p-min", Input).value, "p_min")
         except options.OptionError as e:
             self.query_one("#pair-error", Static).update(Text(f"{e} ('auto' picks k itself)", style="red"))
@@ -557,7 +557,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
             mode = "draft"
         else:
             draft, mode = None, str(value)
-        self.dismiss(PairChoice(pair.id, draft, mode, max_k, adaptive, p_min))
+        self.dismiss(PairChoice(pair.id, draft, mode, draft_max, adaptive, p_min))
 
 
 # --- downloads -----------------------------------------------------------------------------

@@ -109,7 +109,7 @@ class TestModes:
             first, second = s.engine("draft").drafter, s.engine("draft").drafter
             assert first.lookup is not None and first.lookup.gate is second.lookup.gate
             assert first.lookup.gate.alpha(3) == 0.5  # copies start distrusted
-            assert s.engine("draft").drafter.max_copy == s.options.max_k
+            assert s.engine("draft").drafter.max_copy == s.options.draft_max
         finally:
             s.close()
         args = build_parser().parse_args(["run", "x", "--target", "t.gguf", "--draft", "d.gguf", "--no-copy"])
@@ -129,7 +129,7 @@ class TestModes:
             k2, k4 = s.drafting("fixed-k2-p0").controller, s.drafting("fixed-k4-p0").controller
             assert (fixed_k(k2), fixed_k(k4)) == (2, 4)
             assert s.drafting("draft:match").controller is not s.drafting("draft").controller
-            assert s.drafting("draft", n_max=4).controller is not s.drafting("draft").controller
+            assert s.drafting("draft", draft_max=4).controller is not s.drafting("draft").controller
             assert s.drafting("draft").controller is s.engine("draft").controller  # kept across replies
             bench.register_modes(s, ["fixed-k2-p0"])  # the same configuration again: the same state
             assert s.drafting("fixed-k2-p0").controller is k2
@@ -185,7 +185,7 @@ class TestSeededReplies:
         return out, drafted
 
     def test_the_same_seed_gives_the_same_reply(self, tiny_pair, monkeypatch):
-        s = load(tiny_pair, max_k=4)
+        s = load(tiny_pair, draft_max=4)
         try:
             # the tiny draft costs as much as the target, so measured at load drafting does not
             # pay; a GPU-like curve (verify rows free, a cheap draft) makes the seeded mode draft
@@ -199,7 +199,7 @@ class TestSeededReplies:
     def test_no_adapt_drafts_the_users_length_with_a_seed_too(self, tiny_pair):
         # a compute-bound curve at load: the seeded form of auto mode would draft nothing, but
         # --no-adapt is the user's k
-        s = load(tiny_pair, max_k=3, adaptive=False)
+        s = load(tiny_pair, draft_max=3, adaptive=False)
         try:
             s._costs_at_load = CostModel({n: float(n) for n in range(1, 9)}, t_draft=0.5)
             assert fixed_k(s.engine(repeatable=True).controller) == 3
@@ -209,7 +209,7 @@ class TestSeededReplies:
             s.close()
 
     def test_the_drafting_line_of_a_seeded_reply_says_what_it_drafts(self, tiny_pair):
-        s = load(tiny_pair, max_k=4)
+        s = load(tiny_pair, draft_max=4)
         try:
             s._costs_at_load = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)
             state = s.drafting_state(params=self.SAMPLED)
@@ -221,7 +221,7 @@ class TestSeededReplies:
             s.close()
 
     def test_repeatable_draft_length_is_the_choice_of_the_costs_measured_at_load(self, tiny_pair):
-        s = load(tiny_pair, max_k=4)
+        s = load(tiny_pair, draft_max=4)
         try:
             at_load = fixed_k(s.engine(repeatable=True).controller)
             for _ in range(3):  # replies move the live costs; the seeded choice stays put

@@ -56,13 +56,13 @@ class TestSpeeds:
 class TestChoice:
     def test_backs_off_when_verify_is_expensive(self):
         # compute-bound target: T(n) = n, drafting costs 0.3 per token, acceptance ~0.5
-        c = AdaptiveController(CostModel(LINEAR, t_draft=0.3), max_k=8)
+        c = AdaptiveController(CostModel(LINEAR, t_draft=0.3), draft_max=8)
         for _ in range(30):
             c.observe(4, 2)
         assert c.choose().k == 0
 
     def test_drafts_long_when_verify_is_cheap(self):
-        c = AdaptiveController(CostModel({1: 1.0, 2: 1.05, 4: 1.31, 8: 1.83, 16: 3.0}, t_draft=0.1), max_k=16)
+        c = AdaptiveController(CostModel({1: 1.0, 2: 1.05, 4: 1.31, 8: 1.83, 16: 3.0}, t_draft=0.1), draft_max=16)
         for _ in range(30):
             c.observe(8, 8)
             c.observe(8, 6)
@@ -76,12 +76,12 @@ class TestReach:
     CHEAP = {1: 1.0, 2: 1.0, 3: 1.09, 4: 1.15, 5: 1.24, 6: 1.28, 7: 1.61, 8: 1.69, 9: 1.74, 16: 2.55}
 
     def test_reach_is_the_longest_draft_while_drafting_and_nothing_otherwise(self):
-        on = AdaptiveController(CostModel(self.CHEAP, t_draft=0.2), max_k=16, reach=True)
-        assert 0 < on.choose().k < 16 and on.choose().reach == 16
-        assert AdaptiveController(CostModel(self.CHEAP, t_draft=0.2), max_k=16).choose().reach == 0
-        assert FixedController(CostModel(self.CHEAP, t_draft=0.2), 4).choose().reach == 0
-        off = AdaptiveController(CostModel(LINEAR, t_draft=0.5), max_k=16, reach=True)
-        assert off.choose().k == 0 and off.choose().reach == 0
+        on = AdaptiveController(CostModel(self.CHEAP, t_draft=0.2), draft_max=16, extend_when_sure=True)
+        assert 0 < on.choose().k < 16 and on.choose().draft_max == 16
+        assert AdaptiveController(CostModel(self.CHEAP, t_draft=0.2), draft_max=16).choose().draft_max == 0
+        assert FixedController(CostModel(self.CHEAP, t_draft=0.2), 4).choose().draft_max == 0
+        off = AdaptiveController(CostModel(LINEAR, t_draft=0.5), draft_max=16, extend_when_sure=True)
+        assert off.choose().k == 0 and off.choose().draft_max == 0
 
     def test_a_sure_run_goes_past_k_but_never_past_the_reply_s_budget(self):
         def certain(history):
@@ -91,7 +91,7 @@ class TestReach:
 
         target, draft = FakeModel(certain, V), FakeModel(certain, V)
         # (no copies: the reply repeats, and copies run as far as their match anyway)
-        mode = draft_model(ModeContext(target, draft, CostModel(self.CHEAP, t_draft=0.2), max_k=16, copy=False))
+        mode = draft_model(ModeContext(target, draft, CostModel(self.CHEAP, t_draft=0.2), draft_max=16, copy=False))
         engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(PROMPT))), mode.controller)
         steps = list(engine.generate(list(PROMPT), GREEDY, 40))
         assert [t for s in steps for t in s.emitted] == oracle_greedy(certain, PROMPT, 40)
@@ -115,7 +115,7 @@ class TestPriors:
 class TestAcrossReplies:
     def test_drafting_after_prose_comes_back_for_code(self):
         # a memory-bound target: prose measured slow, only because its drafts were rejected
-        c = AdaptiveController(CostModel({n: t for n, t in CHEAP.items() for _ in range(3)}, 0.1), max_k=8)
+        c = AdaptiveController(CostModel({n: t for n, t in CHEAP.items() for _ in range(3)}, 0.1), draft_max=8)
         c.begin_reply()
         off = []
         for _ in range(30):
@@ -149,7 +149,7 @@ class TestRecheck:
         draft = TimedModel(fn, V, clock, lambda n, call: 0.033 * n * (30 if burst[0] else 1))
         verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
         burst[0] = False
-        ctl = AdaptiveController(CostModel(verify, draft_cost), max_k=8)
+        ctl = AdaptiveController(CostModel(verify, draft_cost), draft_max=8)
         assert not ctl.hardware_allows() and ctl.recheck_draft()  # a pass looked like 6 target passes
         engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
         replies = 0
@@ -160,7 +160,7 @@ class TestRecheck:
         assert not ctl.recheck_draft()
 
     def test_no_recheck_where_even_a_free_draft_could_not_pay(self):
-        c = AdaptiveController(CostModel(LINEAR, t_draft=5.0), max_k=8)
+        c = AdaptiveController(CostModel(LINEAR, t_draft=5.0), draft_max=8)
         assert not c.hardware_allows() and not c.recheck_draft()
         assert not FixedController(CostModel(LINEAR, t_draft=5.0), 4).recheck_draft()
 
@@ -168,11 +168,11 @@ class TestRecheck:
 class TestTries:
     def test_no_tries_when_even_perfect_drafts_cannot_pay(self):
         # verify cost grows 1:1 with n and drafting is not free: no acceptance can win
-        c = AdaptiveController(CostModel(LINEAR, t_draft=0.3), max_k=8)
+        c = AdaptiveController(CostModel(LINEAR, t_draft=0.3), draft_max=8)
         assert all(c.choose().k == 0 for _ in range(300))
 
     def off_after_bad_drafts(self, verify, t_draft) -> AdaptiveController:
-        c = AdaptiveController(CostModel({n: t for n, t in verify.items() for _ in range(3)}, t_draft), max_k=8)
+        c = AdaptiveController(CostModel({n: t for n, t in verify.items() for _ in range(3)}, t_draft), draft_max=8)
         for _ in range(40):
             c.observe(4, 0)  # a run of bad drafts: k = 0 now looks best
         assert c.choose().k == 0
@@ -190,7 +190,7 @@ class TestTries:
     def tries_after_a_slow_trial(verify, t_draft, measured) -> list[int]:
         """Steps between tries where the model likes drafting (acceptance 0.95) and the guard
         measures every drafting step at ``measured`` x the target alone (T(1) = 1 s)."""
-        c = AdaptiveController(CostModel({n: t for n, t in verify.items() for _ in range(3)}, t_draft), max_k=8)
+        c = AdaptiveController(CostModel({n: t for n, t in verify.items() for _ in range(3)}, t_draft), draft_max=8)
         for _ in range(60):
             c.observe(4, 4 if _ % 20 else 3)
         assert c.model_k() > 0
@@ -217,7 +217,7 @@ class TestTries:
 
 class TestMeasuredGuard:
     def test_drafting_that_measures_slower_is_switched_off(self):
-        c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
+        c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), draft_max=8)
         c.begin_reply()
         assert c.choose().k > 0  # the model likes drafting...
         for _ in range(OPENING_STEPS):  # (the reply's opening keeps it on)
@@ -227,7 +227,7 @@ class TestMeasuredGuard:
         assert c.choose().k == 0
 
     def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
-        c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
+        c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), draft_max=8)
         for _ in range(TRIAL_STEPS):
             c.observe_rate(1, 1.5)
         ks = []
@@ -246,7 +246,7 @@ class TestMeasuredGuard:
         fn = hashed_logits(seed=21, n_vocab=V, eos_bias=-100)
         target = TimedModel(fn, V, clock, lambda n, call: 0.01 + 0.0001 * n)
         slow = NoisyOracleDrafter(fn, alpha=0.9, clock=clock, t_draft=0.03)
-        c = AdaptiveController(CostModel({n: 0.01 + 0.0001 * n for n in (1, 2, 4, 8)}, t_draft=0.0001), max_k=4)
+        c = AdaptiveController(CostModel({n: 0.01 + 0.0001 * n for n in (1, 2, 4, 8)}, t_draft=0.0001), draft_max=4)
         c.costs.observe_draft = lambda n, s: None  # blind to the draft's real cost: only the guard can see it
         steps = list(SpeculativeEngine(target, slow, c).generate(PROMPT, GREEDY, 80))
         assert steps[0].k > 0  # the model liked drafting
@@ -263,7 +263,7 @@ class TestMeasuredGuard:
         monkeypatch.setattr(costs_module, "clock", clock)
         fn = hashed_logits(seed=21, n_vocab=V, eos_bias=-100)
         target = TimedModel(fn, V, clock, lambda n, call: 0.01 + 0.0005 * n)
-        c = AdaptiveController(CostModel({n: 0.01 + 0.0005 * n for n in (1, 2, 4, 8)}, t_draft=0.001), max_k=4)
+        c = AdaptiveController(CostModel({n: 0.01 + 0.0005 * n for n in (1, 2, 4, 8)}, t_draft=0.001), draft_max=4)
         c.costs.observe_draft = lambda n, s: None  # blind to the draft's real cost: only the guard can see it
         fast = NoisyOracleDrafter(fn, alpha=0.95, clock=clock, t_draft=0.004)
         list(SpeculativeEngine(target, fast, c).generate(PROMPT, GREEDY, 60))
@@ -318,8 +318,8 @@ def f16_cpu(n):  # the direct measurement of the F16 1.5B target here (T(k)/T(1)
     return 0.16 * float(np.interp(n, xs, [ratios[x] for x in xs], right=2.52 + 0.13 * (n - 16)))
 
 
-def true_speeds(curve, alpha, t_draft, max_k):
-    ks = np.arange(max_k + 1)
+def true_speeds(curve, alpha, t_draft, draft_max):
+    ks = np.arange(draft_max + 1)
     return expected_tokens(alpha, ks) / (ks * t_draft + np.array([curve(k + 1) for k in ks]))
 
 
@@ -329,7 +329,7 @@ def run_timed(
     alpha,
     t_draft,
     steps,
-    max_k=8,
+    draft_max=8,
     calibration_curve=None,
     slow_after=None,
     calibrate_sizes=(1, 2, 3, 4, 6, 8),
@@ -357,15 +357,15 @@ def run_timed(
     verify, _ = calibrate(target, calibrate_sizes)
     calibrating[0] = False
     target.calls = 0
-    ctl = AdaptiveController(CostModel(verify, t_draft), max_k=max_k)
+    ctl = AdaptiveController(CostModel(verify, t_draft), draft_max=draft_max)
     drafter = NoisyOracleDrafter(fn, alpha, clock, t_draft, seed=7)
     run_timed.steps = list(SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, steps))
     return ctl, [s.k for s in run_timed.steps]
 
 
-def good_enough(curve, alpha, t_draft, max_k, k):
+def good_enough(curve, alpha, t_draft, draft_max, k):
     """k is as good as the best, within 5 %, on the true curve."""
-    speeds = true_speeds(curve, alpha, t_draft, max_k)
+    speeds = true_speeds(curve, alpha, t_draft, draft_max)
     return speeds[k] >= 0.95 * speeds.max()
 
 
@@ -469,7 +469,7 @@ class TestTriesPayForTheCatchUp:
         draft_fn = hashed_logits(seed=draft_seed, n_vocab=V, eos_bias=-100)
         draft = TimedModel(draft_fn, V, clock, lambda n, call: draft_pass(n))
         verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
-        ctl = AdaptiveController(CostModel(verify, draft_cost), max_k=8)
+        ctl = AdaptiveController(CostModel(verify, draft_cost), draft_max=8)
         engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=p_min, costs=ctl.costs), ctl)
         alone = SpeculativeEngine(target, NoDrafter(), FixedController(CostModel(verify), 0))
         prompts = [[5 + (i * 7 + j) % 40 for j in range(60)] for i in range(replies)]
@@ -496,7 +496,7 @@ class TestTriesPayForTheCatchUp:
         target = TimedModel(fn, V, clock, lambda n, call: q4_cpu(n))
         draft = TimedModel(fn, V, clock, lambda n, call: draft_pass(n))
         verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
-        ctl = AdaptiveController(CostModel(verify, draft_cost), max_k=8)
+        ctl = AdaptiveController(CostModel(verify, draft_cost), draft_max=8)
         ctl.begin_reply()
         assert ctl.model_k() == 0 and ctl.wants_prefill()  # the prior acceptance says no, the hardware maybe
         engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
@@ -536,7 +536,7 @@ class TestGatedLookup:
         replies = {p: [int(t) for t in rng.integers(1, 8, 64)] for p in code} | {summary: passage}
         target = TimedModel(self.scripted(replies), V, clock, lambda n, call: q4_cpu(n))
         verify, _ = calibrate(target, (1, 2, 3, 4, 6, 8, 16))
-        ctx = ModeContext(target, None, CostModel(verify), max_k=16)
+        ctx = ModeContext(target, None, CostModel(verify), draft_max=16)
         lookup = prompt_lookup(ctx)
         if not gated:  # the controller before: one acceptance for every proposal decides k
             lookup = Drafting(AdaptiveController(lookup.controller.costs, 16), lookup.new_drafter)
@@ -590,7 +590,7 @@ class TestOracleAgreesWithEngine:
         fn = hashed_logits(seed=5, n_vocab=V)
         target = TimedModel(fn, V, clock, lambda n, call: gpu_like(n))
         verify, _ = calibrate(target, (1, 2, 4, 8))
-        ctl = AdaptiveController(CostModel(verify, 0.0005), max_k=8)
+        ctl = AdaptiveController(CostModel(verify, 0.0005), draft_max=8)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
         got = [t for s in SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, 120) for t in s.emitted]
         plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), FixedController(CostModel({1: 1.0}), 0))
@@ -603,7 +603,7 @@ class TestExplain:
     def test_compute_bound_cpu_is_off_for_good_with_the_numbers(self):
         # a Q4 target on 2 cores: a draft pass 0.62 T(1), checking 2 tokens 1.9 passes
         costs = CostModel({n: 0.05 * (0.1 + 0.9 * n) for n in range(1, 10)}, t_draft=0.031)
-        state = explain(AdaptiveController(costs, max_k=8))
+        state = explain(AdaptiveController(costs, draft_max=8))
         assert not state.on and state.k == 0 and state.next_try_in is None
         assert state.draft_cost == pytest.approx(0.62) and state.verify_cost == pytest.approx(1.9)
         assert state.line.startswith(
@@ -612,20 +612,22 @@ class TestExplain:
         assert "not tried again" in state.line and state.expected_speedup < 1
 
     def test_memory_bound_is_on_with_k_and_the_expected_gain(self):
-        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), max_k=8)
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), draft_max=8)
         for _ in range(20):
             ctl.observe(5, 5)
         state = explain(ctl)
         assert state.on and state.k > 1 and state.expected_speedup > 1.3
         assert state.line.startswith(f"on: k={state.k}, expected ") and "a draft token costs 0.20" in state.line
-        assert "sure" not in state.line  # no reach: k is the longest draft
-        wide = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7, 16: 3.4}, t_draft=0.2), 16, reach=True)
+        assert "sure" not in state.line  # not extended: k is the draft_max
+        wide = AdaptiveController(
+            CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7, 16: 3.4}, t_draft=0.2), 16, extend_when_sure=True
+        )
         for _ in range(20):
             wide.observe(5, 5)
         assert wide.choose().k < 16 and explain(wide).line.endswith("; up to 16 while the draft is sure of every token")
 
     def poor(self) -> AdaptiveController:
-        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), max_k=8)
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), draft_max=8)
         for _ in range(40):
             ctl.observe(4, 0)
         return ctl
@@ -651,7 +653,7 @@ class TestExplain:
         assert not any(ks[:-2]) and any(ks[-2:])
 
     def test_the_guard_says_what_it_measured_and_a_try_that_pays_says_so(self):
-        ctl = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), max_k=8)
+        ctl = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), draft_max=8)
         for _ in range(TRIAL_STEPS):
             ctl.observe_rate(1, 1.5)
         state = explain(ctl)

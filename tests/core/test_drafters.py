@@ -157,16 +157,16 @@ class TestMarginalRule:
     def test_a_sure_run_goes_past_k_up_to_reach(self):
         costs = CostModel(self.F16_STEP, t_draft=0.2)
         d = ModelDrafter(FakeModel(self.sure_but(), 10), 10, costs=costs)
-        assert len(d.draft([1, 2, 3], 3, GREEDY, None).ids) == 3  # no reach: k is the cap
-        assert len(d.draft([1, 2, 3], 3, GREEDY, None, reach=8).ids) == 8
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None).ids) == 3  # no draft_max: k is the cap
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None, draft_max=8).ids) == 8
 
     def test_past_k_an_unsure_token_ends_the_draft_that_k_would_have_kept_it_in(self):
         costs = CostModel(self.F16_STEP, t_draft=0.2)
         late = ModelDrafter(FakeModel(self.sure_but(unsure_at={4}), 10), 10, costs=costs)
-        assert len(late.draft([1, 2, 3], 3, GREEDY, None, reach=8).ids) == 4  # the 5th, past k, is refused
+        assert len(late.draft([1, 2, 3], 3, GREEDY, None, draft_max=8).ids) == 4  # the 5th, past k, is refused
         # within k the same token (0.8, a row of 0.09 T(1)) is proposed and the run goes on to k
         early = ModelDrafter(FakeModel(self.sure_but(unsure_at={1}), 10), 10, costs=costs)
-        assert len(early.draft([1, 2, 3], 5, GREEDY, None, reach=8).ids) == 5
+        assert len(early.draft([1, 2, 3], 5, GREEDY, None, draft_max=8).ids) == 5
 
     def test_confidence_is_calibrated_by_measured_rejections(self):
         costs = CostModel({1: 1.0, 2: 1.1})

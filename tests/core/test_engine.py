@@ -151,7 +151,7 @@ class TestAdaptive:
     def test_adaptive_engine_stays_exact(self):
         fn = hashed_logits(seed=11, n_vocab=V)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
-        engine = SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(CostModel(), max_k=8))
+        engine = SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(CostModel(), draft_max=8))
         assert run(engine)[0] == target_only(fn)[0]
 
     def test_a_padded_verify_measures_its_size_and_changes_nothing(self):

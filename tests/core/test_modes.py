@@ -34,7 +34,7 @@ class TestBuiltinModes:
         assert isinstance(drafting.new_drafter(Reply()), NoDrafter)
 
     def test_draft_mode_pays_the_draft_pass_and_copies_with_a_gate_kept_across_replies(self):
-        ctx = context(max_k=6)
+        ctx = context(draft_max=6)
         drafting = draft_model(ctx)
         assert drafting.controller.costs.t_draft == ctx.costs.t_draft == 0.2
         assert drafting.controller.costs.verify is ctx.costs.verify  # one curve per target
@@ -48,10 +48,10 @@ class TestBuiltinModes:
 
     @pytest.mark.parametrize("adaptive, copy", [(False, True), (True, False)])
     def test_draft_mode_without_copies(self, adaptive, copy):
-        drafting = draft_model(context(max_k=5, adaptive=adaptive, copy=copy))
+        drafting = draft_model(context(draft_max=5, adaptive=adaptive, copy=copy))
         drafter = drafting.new_drafter(Reply())
         assert isinstance(drafter, ModelDrafter) and drafter.lookup is None
-        # --no-adapt: every step drafts max_k, stopped by p_min alone (no marginal rule)
+        # --no-adapt: every step drafts draft_max, stopped by p_min alone (no marginal rule)
         assert fixed_k(drafting.controller) == (None if adaptive else 5)
         assert (drafter.costs is None) == (not adaptive)
 
@@ -68,7 +68,7 @@ class TestBuiltinModes:
         assert prompt_lookup(context(adaptive=False)).new_drafter(Reply()).gate is None
 
     def test_a_fixed_k_wins_over_the_options(self):
-        ctx = context(max_k=8, adaptive=False)
+        ctx = context(draft_max=8, adaptive=False)
         assert fixed_k(controller_for(ctx, draft_cost=False)) == 8
         assert fixed_k(controller_for(ctx, draft_cost=False, fixed_k=3)) == 3
         assert controller_for(ctx, draft_cost=False).costs.t_draft == 0.0

@@ -48,7 +48,7 @@ class TestMessages:
             ("n_ctx", 2_000_000, "--ctx must be ≤ 1048576 (got 2000000)"),
             ("threads", 0, "--threads must be ≥ 1 (got 0)"),
             ("threads", 999, "--threads must be ≤ 512 (got 999)"),
-            ("max_k", 33, "--draft-max must be ≤ 32 (got 33)"),
+            ("draft_max", 33, "--draft-max must be ≤ 32 (got 33)"),
             ("top_p", 0.0, "--top-p must be > 0 (got 0); 1 turns it off"),
             ("seed", -5, "--seed must be ≥ 0 (got -5)"),
             ("p_min", math.nan, "--p-min must be a number from 0 to 1 (got nan)"),
@@ -208,7 +208,7 @@ class TestFlagsComeFromTheFields:
     def test_the_default_is_said_in_the_help(self):
         helps = {a.dest: a.help for a in command("run")._actions}
         assert helps["n_ctx"] == "context window in tokens (default 4096)"
-        assert helps["max_k"] == "longest draft per step; 0 never drafts (default 16)"
+        assert helps["draft_max"] == "longest draft per step; 0 never drafts (default 16)"
         assert helps["max_tokens"].endswith(f"(default {RUN_MAX_TOKENS})")
         assert helps["threads"].startswith("CPU threads; automatic:")  # None: the help says what happens
 
@@ -241,7 +241,7 @@ NOT_DEFAULT = {
     "draft_gpu_layers": 0,
     "threads": 2,
     "n_ctx": 512,
-    "max_k": 4,
+    "draft_max": 4,
     "adaptive": False,
     "p_min": 0.5,
     "copy": False,

@@ -55,7 +55,7 @@ def test_greedy_matches_target_only(regime, prompt, mode):
 
 def test_target_as_own_draft_accepts_all():
     need(DRAFT)
-    s = Session.load(PairSpec(DRAFT, DRAFT), LoadOptions(n_ctx=1024, adaptive=False, max_k=4, p_min=0.0))
+    s = Session.load(PairSpec(DRAFT, DRAFT), LoadOptions(n_ctx=1024, adaptive=False, draft_max=4, p_min=0.0))
     try:
         run = bench.run_once(s, PROMPTS[0], "draft", bench.SamplingParams(), 32)
         assert run.stats["n_drafted"] > 0 and run.stats["acceptance_rate"] == 1.0

@@ -38,7 +38,7 @@ def run(mode_name, target_fn, draft_model_, memo, monkeypatch):
     target = replay_policy.ReplayTarget(FakeModel(target_fn, V), CURVE, clock)
     target.true = PROMPT + reply
     draft = replay_policy.MemoDraft(draft_model_, 0.2, 0.05, clock, memo)
-    ctx = ModeContext(target, draft, CostModel(VerifyCurve(CURVE), DraftCost(0.2)), max_k=8)
+    ctx = ModeContext(target, draft, CostModel(VerifyCurve(CURVE), DraftCost(0.2)), draft_max=8)
     mode = target_alone(ctx) if mode_name == "none" else draft_model(ctx)
     engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(PROMPT))), mode.controller)
     steps = list(engine.generate(list(PROMPT), SamplingParams(), 24))

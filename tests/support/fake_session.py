@@ -58,7 +58,7 @@ class FakeSession:
     def mode(self) -> str:
         return self.spec.mode
 
-    def drafting_state(self, mode=None, n_max=None, params=None) -> DraftingState:
+    def drafting_state(self, mode=None, draft_max=None, params=None) -> DraftingState:
         """Scripted: ``drafting[steps yielded in this reply - 1]`` (Session.drafting_state)."""
         self.drafting_asked += 1
         if (mode or self.mode) == "none":

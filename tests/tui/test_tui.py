@@ -589,10 +589,10 @@ class TestPairs:
             assert files.pulled == ["qwen-1.5b.gguf", "qwen-0.5b.gguf"]
             spec, options = factory.loaded[0]
             assert spec.target.name == "qwen-1.5b.gguf" and spec.draft.name == "qwen-0.5b.gguf"
-            assert (options.max_k, options.adaptive, options.p_min) == (6, False, 0.6)
+            assert (options.draft_max, options.adaptive, options.p_min) == (6, False, 0.6)
             saved, warning = load_settings()
             assert warning is None
-            assert (saved.default_pair, saved.default_draft, saved.draft.max_k) == ("qwen", "qwen-0.5b.gguf", 6)
+            assert (saved.default_pair, saved.default_draft, saved.draft.draft_max) == ("qwen", "qwen-0.5b.gguf", 6)
 
     async def test_the_menu_shows_what_this_machine_measured(self, tmp_path, monkeypatch):
         from localspec.llama import backend as llama_backend
@@ -885,12 +885,12 @@ class TestPersistence:
             await pilot.pause()
             assert "n_ctx" in str(screen.query_one("#settings-error").render())
             screen.query_one("#k-n_ctx").value = "8192"
-            screen.query_one("#k-draft-max_k").value = "8"
+            screen.query_one("#k-draft-draft_max").value = "8"
             screen.action_save()
             await pilot.pause()
             assert type(app.screen).__name__ == "ChatScreen"
         saved, warning = load_settings()
-        assert warning is None and (saved.n_ctx, saved.draft.max_k) == (8192, 8)
+        assert warning is None and (saved.n_ctx, saved.draft.draft_max) == (8192, 8)
 
     async def test_settings_fields_refuse_out_of_range_values_beside_the_field(self, monkeypatch):
         """Issue 12: each option field is checked as it is typed, in localspec.core.options' words."""
