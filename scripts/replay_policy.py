@@ -40,7 +40,7 @@ from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.estimates import prior_from
-from localspec.core.modes import ModeContext, Reply, draft_model, target_alone
+from localspec.core.modes import ModeContext, ReplySpec, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
@@ -195,7 +195,7 @@ def replay(args) -> None:
                 ctx = ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), draft_max=16, prior=prior)
                 mode = build(policy, ctx)
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
-            engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(p["prompt"]))), mode.controller)
+            engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(p["prompt"]))), mode.controller)
             stats = RunStats()
             for step in engine.generate(list(p["prompt"]), SamplingParams(), args.max_tokens):
                 if args.trace == p["id"] and step.drafted:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core.controller import FixedController
 from ..core.costs import CostModel, calibrate, speeds
 from ..core.drafters import ModelDrafter, OracleDrafter
-from ..core.modes import Drafting, ModeContext, ModeFactory, Reply, controller_for
+from ..core.modes import Drafting, ModeContext, ModeFactory, ReplySpec, controller_for
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 
@@ -153,7 +153,7 @@ class Oracle:
             controller_for(ctx, draft_cost=False, fixed_k=self.k), lambda reply: self._drafter(reply, n_vocab)
         )
 
-    def _drafter(self, reply: Reply, n_vocab: int) -> OracleDrafter:
+    def _drafter(self, reply: ReplySpec, n_vocab: int) -> OracleDrafter:
         if self.reference is None:
             raise ValueError("an oracle mode needs the target-only run of the same prompt first")
         return OracleDrafter(reply.prompt_len, self.reference, n_vocab, 1.0 - self.accuracy, self.seed)

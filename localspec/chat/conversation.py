@@ -282,7 +282,7 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class Finished:
+class ReplyFinished:
     """A reply's end, for the screen to draw: ``rest`` is the (thinking, answer) text held back
     to the end; ``message`` the stored reply, None when there was nothing to keep (an error
     before any text)."""
@@ -513,7 +513,7 @@ class Conversation:
         reply.add(step.thinking, step.answer, step.n_draft_chars)
         return True
 
-    def finish(self, generation: Generation, ending: Ending) -> Finished | None:
+    def finish(self, generation: Generation, ending: Ending) -> ReplyFinished | None:
         """Store the reply with the status it ended with; None for a reply that was left."""
         reply = self._current(generation)
         if reply is None:
@@ -527,7 +527,7 @@ class Conversation:
         if reply.text or reply.thinking or ending.status != "error":
             message = self._store(reply, ending.status, stats)
             self.history.append(message)
-        return Finished(ending.status, ending.error, ending.rest, summary_line(stats), message)
+        return ReplyFinished(ending.status, ending.error, ending.rest, summary_line(stats), message)
 
     def stop(self) -> None:
         """Stop the reply at its next step; its end (``finish``) stores it as "stopped"."""

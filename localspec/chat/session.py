@@ -22,7 +22,7 @@ import numpy as np
 from ..core.costs import CostModel, calibrate
 from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
-from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, Reply, builtin_modes
+from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
 from ..core.modes import repeatable as repeatable_mode
 from ..core.options import DraftOptions, ModelOptions, values
 from ..core.sampling import SamplingParams
@@ -213,7 +213,7 @@ class Session:
         prompt (the bench's oracle replays what follows it). ``repeatable``: draft lengths that
         follow no timing, so a seeded sampled reply repeats (``modes.repeatable``)."""
         drafting = self.drafting(mode, draft_max, repeatable)
-        reply = Reply(prompt_len, self.options.p_min if p_min is None else p_min)
+        reply = ReplySpec(prompt_len, self.options.p_min if p_min is None else p_min)
         return SpeculativeEngine(self.target, drafting.new_drafter(reply), drafting.controller)
 
     def drafting(

@@ -45,7 +45,7 @@ class ModeContext:
 
 
 @dataclass(frozen=True)
-class Reply:
+class ReplySpec:
     """What a drafter is made for: one reply."""
 
     prompt_len: int = 0
@@ -58,7 +58,7 @@ class Drafting:
     may share what the mode learns across replies, such as a lookup gate)."""
 
     controller: Controller
-    new_drafter: Callable[[Reply], Drafter]
+    new_drafter: Callable[[ReplySpec], Drafter]
 
 
 ModeFactory = Callable[[ModeContext], Drafting]
@@ -128,7 +128,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
     rule_costs = controller.costs if ctx.adaptive else None
     gate = LookupGate(controller.costs, COPY_PRIOR) if ctx.adaptive and ctx.copy else None
 
-    def new_drafter(reply: Reply) -> Drafter:
+    def new_drafter(reply: ReplySpec) -> Drafter:
         drafter = ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs)
         return drafter.with_lookup(PromptLookupDrafter(gate=gate), ctx.draft_max) if gate else drafter
 

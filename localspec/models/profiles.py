@@ -243,13 +243,13 @@ def _profile(raw: dict) -> Profile:
 
 
 @dataclass(frozen=True)
-class Option:
+class PairOption:
     target: str
     how: str  # 'none', 'lookup' or the draft's path
     expected: Expected
 
 
-def options_here(profiles: Mapping[str, Profile], machine: str) -> list[Option]:
+def options_here(profiles: Mapping[str, Profile], machine: str) -> list[PairOption]:
     """Every way to run each target measured on this machine that can be given a figure:
     alone, and with each kind of drafting it was used with."""
     here = {k: p for k, p in profiles.items() if f"|{machine}|" in k}
@@ -261,11 +261,11 @@ def options_here(profiles: Mapping[str, Profile], machine: str) -> list[Option]:
         for how in ["none", *sorted(h for h in p.use if h != "none")]:
             e = expected(p, how, drafts.get(how))
             if e:
-                out.append(Option(p.model, how, e))
+                out.append(PairOption(p.model, how, e))
     return out
 
 
-def recommend(options: list[Option]) -> str | None:
+def recommend(options: list[PairOption]) -> str | None:
     """One recommendation in plain words, honest about absolute speed: the fastest option,
     and a faster-looking speed-up that is still slower in tokens/s."""
     if not options:
@@ -281,7 +281,7 @@ def recommend(options: list[Option]) -> str | None:
     return text
 
 
-def describe(o: Option) -> str:
+def describe(o: PairOption) -> str:
     target = Path(o.target).name
     if o.how == "none":
         return f"{target} alone"

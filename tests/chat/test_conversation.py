@@ -11,8 +11,8 @@ import pytest
 from localspec.chat.conversation import (
     ChatSession,
     Conversation,
-    Finished,
     Generation,
+    ReplyFinished,
     add_draft_span,
     answer_draft_chars,
     split_draft_chars,
@@ -61,7 +61,7 @@ def conversation(
     return c
 
 
-def reply(c: Conversation, stop_after: int | None = None, leave=None) -> Finished | None:
+def reply(c: Conversation, stop_after: int | None = None, leave=None) -> ReplyFinished | None:
     """Answer the last message as the app's worker does. ``stop_after``: Esc after that many
     steps; ``leave(c)``: called after the first step, as when the user leaves mid-reply."""
     generation = c.begin_reply()
@@ -104,7 +104,7 @@ class TestSending:
         c = conversation(store, session)
         c.send("Say   hello\nplease")
         end = reply(c)
-        assert end == Finished("done", None, ("", ""), HELLO_SUMMARY, c.history[-1])
+        assert end == ReplyFinished("done", None, ("", ""), HELLO_SUMMARY, c.history[-1])
         assert c.chat.title == "Say hello please"  # blanks folded
         assert said(store, c.chat.id) == [("user", "Say   hello\nplease", "done"), ("assistant", HELLO_TEXT, "done")]
         assert session.calls[0]["messages"] == [{"role": "user", "content": "Say   hello\nplease"}]
@@ -199,7 +199,7 @@ class TestStopping:
         c.send("Say hello")
         end = reply(c, stop_after=1)
         # step 1 only: 2 tokens in 0.01 s, drafted 3, accepted 1
-        assert end == Finished(
+        assert end == ReplyFinished(
             "stopped",
             None,
             ("", ""),
@@ -269,7 +269,7 @@ class TestErrors:
         c = conversation(store, session)
         c.send("too long")
         end = reply(c)
-        assert end == Finished(
+        assert end == ReplyFinished(
             "error", "the conversation is 5000 tokens; the context holds 4096", ("", ""), "0 tokens · draft", None
         )
         assert said(store, c.chat.id) == [("user", "too long", "done")]  # nothing to keep

@@ -21,7 +21,7 @@ from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS
 from localspec.core.explain import explain
-from localspec.core.modes import Drafting, ModeContext, Reply, draft_model, prompt_lookup, target_alone
+from localspec.core.modes import Drafting, ModeContext, ReplySpec, draft_model, prompt_lookup, target_alone
 from localspec.core.sampling import SamplingParams
 from tests.support.fakes import (
     FakeModel,
@@ -92,7 +92,7 @@ class TestReach:
         target, draft = FakeModel(certain, V), FakeModel(certain, V)
         # (no copies: the reply repeats, and copies run as far as their match anyway)
         mode = draft_model(ModeContext(target, draft, CostModel(self.CHEAP, t_draft=0.2), draft_max=16, copy=False))
-        engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(PROMPT))), mode.controller)
+        engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(PROMPT))), mode.controller)
         steps = list(engine.generate(list(PROMPT), GREEDY, 40))
         assert [t for s in steps for t in s.emitted] == oracle_greedy(certain, PROMPT, 40)
         assert max(len(s.drafted) - s.k for s in steps) > 0  # runs went past the controller's k
@@ -544,7 +544,7 @@ class TestGatedLookup:
         spent = {}
         for prompt in [*code, summary]:
             for name, mode in (("lookup", lookup), ("alone", alone)):
-                engine = SpeculativeEngine(target, mode.new_drafter(Reply(len(prompt))), mode.controller)
+                engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(prompt))), mode.controller)
                 steps = list(engine.generate(list(prompt), GREEDY, 56))
                 assert [t for s in steps for t in s.emitted] == replies[prompt][:56]
                 spent[prompt, name] = sum(s.step_seconds for s in steps)

@@ -9,7 +9,7 @@ from localspec.core.modes import (
     Drafting,
     DraftingMode,
     ModeContext,
-    Reply,
+    ReplySpec,
     builtin_modes,
     controller_for,
     draft_model,
@@ -31,14 +31,14 @@ class TestBuiltinModes:
     def test_the_target_alone_never_drafts(self):
         drafting = target_alone(context())
         assert fixed_k(drafting.controller) == 0
-        assert isinstance(drafting.new_drafter(Reply()), NoDrafter)
+        assert isinstance(drafting.new_drafter(ReplySpec()), NoDrafter)
 
     def test_draft_mode_pays_the_draft_pass_and_copies_with_a_gate_kept_across_replies(self):
         ctx = context(draft_max=6)
         drafting = draft_model(ctx)
         assert drafting.controller.costs.t_draft == ctx.costs.t_draft == 0.2
         assert drafting.controller.costs.verify is ctx.costs.verify  # one curve per target
-        first, second = drafting.new_drafter(Reply(p_min=0.3)), drafting.new_drafter(Reply())
+        first, second = drafting.new_drafter(ReplySpec(p_min=0.3)), drafting.new_drafter(ReplySpec())
         assert isinstance(first, ModelDrafter) and isinstance(second, ModelDrafter)
         assert first is not second and first.p_min == 0.3 and second.p_min == 0.0
         assert first.lookup is not None and second.lookup is not None
@@ -49,7 +49,7 @@ class TestBuiltinModes:
     @pytest.mark.parametrize("adaptive, copy", [(False, True), (True, False)])
     def test_draft_mode_without_copies(self, adaptive, copy):
         drafting = draft_model(context(draft_max=5, adaptive=adaptive, copy=copy))
-        drafter = drafting.new_drafter(Reply())
+        drafter = drafting.new_drafter(ReplySpec())
         assert isinstance(drafter, ModelDrafter) and drafter.lookup is None
         # --no-adapt: every step drafts draft_max, stopped by p_min alone (no marginal rule)
         assert fixed_k(drafting.controller) == (None if adaptive else 5)
@@ -62,10 +62,10 @@ class TestBuiltinModes:
     def test_lookup_costs_no_draft_pass_and_keeps_its_gate(self):
         drafting = prompt_lookup(context())
         assert drafting.controller.costs.t_draft == 0.0
-        first, second = drafting.new_drafter(Reply()), drafting.new_drafter(Reply())
+        first, second = drafting.new_drafter(ReplySpec()), drafting.new_drafter(ReplySpec())
         assert isinstance(first, PromptLookupDrafter) and isinstance(second, PromptLookupDrafter)
         assert first.gate is not None and first.gate is second.gate
-        assert prompt_lookup(context(adaptive=False)).new_drafter(Reply()).gate is None
+        assert prompt_lookup(context(adaptive=False)).new_drafter(ReplySpec()).gate is None
 
     def test_a_fixed_k_wins_over_the_options(self):
         ctx = context(draft_max=8, adaptive=False)
