@@ -562,10 +562,9 @@ class Conversation:
         run, s = self.reply_stats, self.session
         stats = run.as_dict()
         baseline = self.measured_baseline_tps or (s.baseline_tokens_per_second if s else None)
-        if run.n_steps and run.n_drafted == 0:
-            stats["speedup"] = 1.0  # the target's own computation: any other ratio is noise
-        elif baseline and run.tokens_per_second:
-            stats["speedup"] = run.tokens_per_second / baseline
+        speedup = run.speedup(baseline)
+        if speedup is not None:
+            stats["speedup"] = speedup
         if self.reply_thinking_tokens:
             stats["thinking_tokens"] = self.reply_thinking_tokens
         if self.drafting is not None:

@@ -235,7 +235,14 @@ class Session:
         banned = self.compat.banned_draft_ids if self.compat else frozenset()
         o = self.options
         return ModeContext(
-            self.target, self.draft, self.costs, draft_max, o.adaptive, o.copy, banned, self._prior(mode)
+            target=self.target,
+            draft=self.draft,
+            costs=self.costs,
+            draft_max=draft_max,
+            adaptive=o.adaptive,
+            copy=o.copy,
+            banned=banned,
+            prior=self._prior(mode),
         )
 
     def _prior(self, mode: str) -> tuple[float, float] | None:

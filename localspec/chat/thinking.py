@@ -44,10 +44,6 @@ class ThinkSplitter:
         self.thinking = ""  # everything returned so far, for callers that want the whole
         self.answer = ""
 
-    @property
-    def in_thinking(self) -> bool:
-        return self.state == "thinking"
-
     def feed(self, text: str) -> tuple[str, str]:
         """Add a piece of the reply; return the (thinking, answer) text it releases."""
         buf, self._held = self._held + text, ""

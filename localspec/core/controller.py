@@ -8,7 +8,7 @@ each with one job:
 - ``estimates.Acceptance``: the per-token acceptance estimate, from a prior that is what this
   pair measured here before (its profile) or a reasoned default, weighted so one step cannot
   overturn it;
-- ``estimates.Guard``: drafting must also *measure* at least as fast as the target alone;
+- ``estimates.SpeedGuard``: drafting must also *measure* at least as fast as the target alone;
 - ``Budget`` (its own module): what tries of drafting and measurements may spend, and
   ``Explorer``, which measures verify sizes the curve is unsure of;
 - ``AdaptiveController`` puts them together; ``FixedController`` is ``--no-adapt``.
@@ -27,7 +27,7 @@ import numpy as np
 
 from .budget import Budget, Explorer
 from .costs import READ_MIN, CostModel, speeds, step_seconds
-from .estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, Guard
+from .estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, SpeedGuard
 from .rules import MIN_GAIN
 
 # Tuning choices, each with its reason:
@@ -123,7 +123,7 @@ class FixedController:
 
 
 def price_of_try(
-    costs: CostModel, rates: np.ndarray, k: int, guard: Guard | None, behind: Callable[[], int] | None
+    costs: CostModel, rates: np.ndarray, k: int, guard: SpeedGuard | None, behind: Callable[[], int] | None
 ) -> float:
     """What a try of ``k`` drafts is expected to lose: the draft model's catch-up on the
     ``behind()`` tokens it has not read, and its trial steps' shortfall against the target
@@ -183,7 +183,7 @@ class AdaptiveController:
     ) -> None:
         self.costs, self.draft_max, self.gated, self.extend_when_sure = costs, draft_max, gated, extend_when_sure
         self.acceptance = Acceptance(*(prior or (PRIOR_ALPHA, PRIOR_WEIGHT)))
-        self.guard = Guard()
+        self.guard = SpeedGuard()
         self.tries = Tries()
         self.explorer = Explorer(costs, draft_max)
         self.drafted = self.resumed = False  # anything verified yet; the last try found drafting pays

@@ -40,7 +40,7 @@ from .textstream import TextStream
 Finish = str  # "eos" | "stop" | "length" | "context"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     drafted: tuple[int, ...]  # x_1..x_k as proposed
     n_accepted: int  # how many of them the target kept
@@ -199,7 +199,20 @@ class SpeculativeEngine:
         return kept, None
 
     def _final(self, stream: TextStream, finish: Finish, prefill: float) -> Step:
-        return Step((), 0, -1, (), stream.flush(), 0, float("nan"), prefill, 0.0, 0.0, 0.0, finish)
+        return Step(
+            drafted=(),
+            n_accepted=0,
+            token=-1,
+            emitted=(),
+            text=stream.flush(),
+            k=0,
+            predicted_speedup=float("nan"),
+            prefill_seconds=prefill,
+            draft_seconds=0.0,
+            verify_seconds=0.0,
+            step_seconds=0.0,
+            finish=finish,
+        )
 
 
 class _Choices:

@@ -1,5 +1,5 @@
 """What the controller measures as it goes: the per-token acceptance (``Acceptance``) and the
-speed drafting really runs at (``Guard``). Each is one estimate with its own prior and memory;
+speed drafting really runs at (``SpeedGuard``). Each is one estimate with its own prior and memory;
 the controller (``controller.AdaptiveController``) decides from them."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def prior_from(accepted: int, rejected: int) -> tuple[float, float]:
     return alpha, PRIOR_WEIGHT
 
 
-class Guard:
+class SpeedGuard:
     """Drafting must measure at least as fast as the target alone: the cost model is blind to
     some of what a step costs (Python work, a draft cut short by p_min, a busy machine).
 

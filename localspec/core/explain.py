@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 from .controller import OPTIMISTIC_ALPHA, PROBE_K, UNMEASURED_K, AdaptiveController, Controller, FixedController
 
@@ -13,6 +13,7 @@ class DraftingState:
     on: bool
     k: int  # the draft length the controller would ask for now (0: off)
     why: str  # a few words, with the measured numbers
+    _: KW_ONLY
     next_try_in: int | None = None  # off: steps until drafting is tried again (None: not tried)
     draft_cost: float | None = None  # a draft pass, in target passes T(1)
     verify_cost: float | None = None  # checking k + 1 tokens (2 when off), in target passes
@@ -54,7 +55,9 @@ def explain(ctl: Controller) -> DraftingState:
         return _off_here(ctl)
     if ctl.tries.left > 0:  # a try's trial at PROBE_K, where the model itself wants none
         off = _guard(ctl) if ctl.model_k() > 0 else _off(ctl)
-        return DraftingState(True, PROBE_K, f"trying k={PROBE_K} for a few steps, as {off.why}", None, off.draft_cost)
+        return DraftingState(
+            True, PROBE_K, f"trying k={PROBE_K} for a few steps, as {off.why}", draft_cost=off.draft_cost
+        )
     if ctl.on():
         return _gated(ctl) if ctl.gated else _on(ctl, ctl.best_k())
     if ctl.model_k() > 0:
@@ -84,7 +87,7 @@ def _on(ctl: AdaptiveController, k: int) -> DraftingState:
         f"{again}k={k}, expected {speedup:.2f}× ({cost}checking {k + 1} tokens costs {verify:.2f} passes, "
         f"acceptance {ctl.alpha:.0%}){extended}"
     )
-    return DraftingState(True, k, why, None, draft_cost, verify, speedup)
+    return DraftingState(True, k, why, draft_cost=draft_cost, verify_cost=verify, expected_speedup=speedup)
 
 
 def _gated(ctl: AdaptiveController) -> DraftingState:
@@ -95,7 +98,7 @@ def _gated(ctl: AdaptiveController) -> DraftingState:
         f"{again}up to {ctl.draft_max} tokens, as much of each match as matches of its length have "
         f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {ctl.alpha:.0%})"
     )
-    return DraftingState(True, ctl.draft_max, why, None, draft_cost, check2)
+    return DraftingState(True, ctl.draft_max, why, draft_cost=draft_cost, verify_cost=check2)
 
 
 def _guard(ctl: AdaptiveController) -> DraftingState:
@@ -105,7 +108,15 @@ def _guard(ctl: AdaptiveController) -> DraftingState:
     rates = ctl.speeds()
     why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
     why += f"({realized / base:.2f}×)"
-    return DraftingState(False, 0, why, ctl.tries.next_in(), draft_cost, check2, float(rates.max() / rates[0]))
+    return DraftingState(
+        False,
+        0,
+        why,
+        next_try_in=ctl.tries.next_in(),
+        draft_cost=draft_cost,
+        verify_cost=check2,
+        expected_speedup=float(rates.max() / rates[0]),
+    )
 
 
 def _costs_words(ctl: AdaptiveController) -> str:
@@ -120,7 +131,7 @@ def _off_here(ctl: AdaptiveController) -> DraftingState:
     rates = ctl.speeds(OPTIMISTIC_ALPHA)
     best = float(rates[1:].max() / rates[0])
     why = f"{_costs_words(ctl)}; drafting would run at about {best:.2f}× even at {OPTIMISTIC_ALPHA:.0%} acceptance"
-    return DraftingState(False, 0, why, None, draft_cost, check2, best)
+    return DraftingState(False, 0, why, draft_cost=draft_cost, verify_cost=check2, expected_speedup=best)
 
 
 def _off(ctl: AdaptiveController) -> DraftingState:
@@ -129,4 +140,6 @@ def _off(ctl: AdaptiveController) -> DraftingState:
     rates = ctl.speeds()
     best = float(max(rates[1:].max(), 1e-12) / rates[0])
     why = f"{_costs_words(ctl)}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best:.2f}×"
-    return DraftingState(False, 0, why, ctl.tries.next_in(), draft_cost, check2, best)
+    return DraftingState(
+        False, 0, why, next_try_in=ctl.tries.next_in(), draft_cost=draft_cost, verify_cost=check2, expected_speedup=best
+    )

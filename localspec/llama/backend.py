@@ -397,10 +397,6 @@ class LlamaModel(CachedModel):
         L.llama_model_desc(self._model, buf, len(buf))
         return buf.value.decode("utf-8", "replace")
 
-    @property
-    def file_size(self) -> int:
-        return self.path.stat().st_size
-
     def close(self) -> None:
         if self._ctx:
             L.llama_batch_free(self._batch)

@@ -3,7 +3,7 @@ reply from the long run) and the guard (what drafting really ran at)."""
 
 import pytest
 
-from localspec.core.estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, Guard, prior_from
+from localspec.core.estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, SpeedGuard, prior_from
 
 
 class TestAcceptance:
@@ -40,7 +40,7 @@ class TestAcceptance:
         assert a.alpha == pytest.approx(long_run) and a.accepted + a.rejected == pytest.approx(PRIOR_WEIGHT)
 
     def test_a_no_the_costs_explain_is_forgotten_at_the_next_reply(self):
-        explained, unexplained = Guard(), Guard()
+        explained, unexplained = SpeedGuard(), SpeedGuard()
         for _ in range(TRIAL_STEPS):
             explained.observe(1, 1.5, modelled=1.45)  # slow because little was accepted
             unexplained.observe(1, 1.5, modelled=1.0)  # slower than the costs said: the machine
@@ -54,16 +54,16 @@ class TestAcceptance:
 class TestGuard:
     def test_a_trial_is_judged_on_all_its_steps_not_on_an_unlucky_first_one(self):
         # a first draft rejected (1 token in 2 passes), then 4 tokens in 1.7 passes a step
-        g = Guard()
+        g = SpeedGuard()
         g.observe(1, 2.0)
         for _ in range(TRIAL_STEPS - 1):
             g.observe(4, 1.7)
         assert g.judged and g.pays(1.0) and g.rate == pytest.approx((1 + 4 * (TRIAL_STEPS - 1)) / (2.0 + 1.7 * 3))
 
     @staticmethod
-    def paying(tokens: int, seconds: float) -> Guard:
+    def paying(tokens: int, seconds: float) -> SpeedGuard:
         """A guard past its trial, drafting at tokens/seconds (T(1) = 1 s)."""
-        g = Guard()
+        g = SpeedGuard()
         for _ in range(20):
             g.observe(tokens, seconds)
         assert g.pays(1.0) and g.rate == pytest.approx(tokens / seconds)
@@ -92,7 +92,7 @@ class TestGuard:
         assert not g.pays(1.0)  # the fifth in a row is a change, not bad luck
 
     def test_a_new_reply_leaves_a_trial_under_way_alone(self):
-        g = Guard()
+        g = SpeedGuard()
         for _ in range(TRIAL_STEPS - 1):
             g.observe(3, 1.0)
         g.begin_reply(1.0)

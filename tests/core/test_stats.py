@@ -11,7 +11,18 @@ from localspec.core.stats import RunStats
 def step(drafted, n_accepted, emitted, k, predicted, prefill, draft, verify, wall, finish=None) -> Step:
     token = emitted[-1] if emitted else -1
     return Step(
-        tuple(drafted), n_accepted, token, tuple(emitted), "", k, predicted, prefill, draft, verify, wall, finish
+        drafted=tuple(drafted),
+        n_accepted=n_accepted,
+        token=token,
+        emitted=tuple(emitted),
+        text="",
+        k=k,
+        predicted_speedup=predicted,
+        prefill_seconds=prefill,
+        draft_seconds=draft,
+        verify_seconds=verify,
+        step_seconds=wall,
+        finish=finish,
     )
 
 

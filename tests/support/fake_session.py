@@ -159,30 +159,28 @@ ON_K4: DraftingState = DraftingState(
     4,
     "k=4, expected 1.62× (a draft token costs 0.05 of a target pass, checking 5 "
     "tokens costs 1.10 passes, acceptance 80%)",
-    None,
-    0.05,
-    1.10,
-    1.62,
+    draft_cost=0.05,
+    verify_cost=1.10,
+    expected_speedup=1.62,
 )
 OFF_CPU = DraftingState(
     False,
     0,
     "a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 "
     "passes; drafting would run at about 0.80× even at 95% acceptance",
-    None,
-    0.62,
-    1.90,
-    0.80,
+    draft_cost=0.62,
+    verify_cost=1.90,
+    expected_speedup=0.80,
 )
 OFF_TRY = DraftingState(
     False,
     0,
     "a draft token costs 0.20 of a target pass and checking 2 tokens costs 1.30 "
     "passes; at the measured acceptance (40%) drafting would run at about 0.90×",
-    12,
-    0.20,
-    1.30,
-    0.90,
+    next_try_in=12,
+    draft_cost=0.20,
+    verify_cost=1.30,
+    expected_speedup=0.90,
 )
 OFF_NONE = DraftingState(False, 0, "the target alone (no draft mode chosen)")
 
