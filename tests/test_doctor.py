@@ -13,7 +13,8 @@ from localspec.cli import doctor as cli_doctor
 from localspec.cli import main
 from localspec.doctor import REINSTALL, Facts, PairFacts, diagnose, judge_pair
 from localspec.llama import offload
-from localspec.llama.offload import Device, GiB, MiB
+from localspec.llama.offload import Device
+from localspec.units import GiB, MiB
 
 CPU = Device("CPU", "Intel(R) Xeon(R)", "cpu", 14 * GiB, 16 * GiB)
 RTX = Device("CUDA0", "NVIDIA GeForce RTX 4060 Laptop GPU", "gpu", 7 * GiB, 8 * GiB)

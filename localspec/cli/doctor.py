@@ -23,12 +23,12 @@ from pathlib import Path
 
 from ..doctor import Diagnosis, Facts, PairFacts, diagnose
 from ..llama import preflight
-from ..llama.offload import gib
 from ..models import catalog as cat
 from ..models import downloads
 from ..models.profiles import PROFILES_FILE, ProfileStore, machine_id, options_here, recommend
 from ..settings import load_settings
-from .models import _table
+from ..units import gib
+from .models import table
 
 PACKAGES = ("localspec", "llama-cpp-python", "textual", "huggingface-hub", "pydantic", "gguf", "numpy")
 
@@ -85,7 +85,7 @@ def expected_lines(options, advice: str | None) -> list[str]:
         rows.append(
             (Path(o.target).name, how, f"{e.speedup:.2f}x", f"{e.tokens_per_second:.1f}", f"{e.basis}, {e.measured}")
         )
-    return lines + ["  " + line for line in _table(rows).splitlines()] + [f"recommendation: {advice}"]
+    return lines + ["  " + line for line in table(rows).splitlines()] + [f"recommendation: {advice}"]
 
 
 # --- the facts ------------------------------------------------------------------------------
@@ -219,6 +219,6 @@ def _model_lines(facts: Facts, d: Diagnosis) -> list[str]:
         f"\nmodels dir {facts.models_dir} ({state}; {gib(facts.disk_free_bytes)} free on its disk)",
         f"RAM available {gib(facts.ram_available_bytes)}; memory = target + default draft + KV cache "
         f"at {facts.n_ctx} tokens; GPU = every layer fits on it ('-': no GPU offload)",
-        *("  " + line for line in _table(rows).splitlines()),
+        *("  " + line for line in table(rows).splitlines()),
         "  * default pair",
     ]

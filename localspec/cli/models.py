@@ -19,7 +19,8 @@ from ..llama.compat import check_compatible
 from ..models import catalog as cat
 from ..models import downloads
 from ..settings import load_settings
-from .progress import ByteProgress, human
+from ..units import human_bytes_si, memory_total
+from .progress import ByteProgress
 
 FITS_FRACTION = 0.8  # leave a fifth of RAM to the OS and other programs
 
@@ -75,23 +76,9 @@ def _wrap(fn):
 
 
 # --- list -----------------------------------------------------------------------------------
-def total_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def cmd_list(args, settings, catalog) -> int:
-    ram = total_memory_bytes()
-    print(f"RAM: {human(ram)}; memory = target + default draft + KV cache at {settings.n_ctx} tokens")
+    ram = memory_total()
+    print(f"RAM: {human_bytes_si(ram)}; memory = target + default draft + KV cache at {settings.n_ctx} tokens")
     rows: list[tuple[str, ...]] = [("", "PAIR", "TARGET", "DRAFT", "MEMORY", "FITS", "ON DISK")]
     for pair in catalog.pairs:
         draft = pair.drafts[0]
@@ -100,14 +87,14 @@ def cmd_list(args, settings, catalog) -> int:
             (
                 "*" if pair.id == catalog.default_pair_id else "",
                 pair.id,
-                f"{pair.target.params} {pair.target.quant} {human(pair.target.size_bytes)}",
-                f"{draft.params} {draft.quant} {human(draft.size_bytes)}",
-                human(pair.memory_bytes),
+                f"{pair.target.params} {pair.target.quant} {human_bytes_si(pair.target.size_bytes)}",
+                f"{draft.params} {draft.quant} {human_bytes_si(draft.size_bytes)}",
+                human_bytes_si(pair.memory_bytes),
                 fits,
                 _on_disk(pair.target, draft, settings),
             )
         )
-    print(_table(rows))
+    print(table(rows))
     in_pairs = {m for p in catalog.pairs for m in [p.target, *p.drafts]}
     singles = [(k, m) for k, m in catalog.models.items() if m not in in_pairs]
     if singles:
@@ -116,9 +103,15 @@ def cmd_list(args, settings, catalog) -> int:
         for key, m in singles:
             where = downloads.locate(m, settings)
             rows.append(
-                ("", key, f"{m.params} {m.quant} {human(m.size_bytes)}", m.family, str(where) if where else "-")
+                (
+                    "",
+                    key,
+                    f"{m.params} {m.quant} {human_bytes_si(m.size_bytes)}",
+                    m.family,
+                    str(where) if where else "-",
+                )
             )
-        print(_table(rows))
+        print(table(rows))
     print("\n* default pair. Get one with `localspec models pull PAIR`.")
     return 0
 
@@ -130,7 +123,8 @@ def _on_disk(target, draft, settings) -> str:
     return "target" if t else ("draft" if d else "-")
 
 
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[str, ...]]) -> str:
+    """Rows as text columns: each padded to its widest cell, two spaces apart."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -217,7 +211,7 @@ def _describe(info: ggufinfo.GgufInfo) -> str:
     return (
         f"{info.path}: {info.name}\n"
         f"  architecture {info.arch}, {info.params} parameters, {info.quant}, "
-        f"context {info.context_length or '?'}, vocab {info.n_vocab}, file {human(info.size_bytes)}"
+        f"context {info.context_length or '?'}, vocab {info.n_vocab}, file {human_bytes_si(info.size_bytes)}"
     )
 
 
@@ -251,6 +245,6 @@ def cmd_check(args, settings, catalog) -> int:
     verdict = check_compatible(*vocabs)
     n_ctx = settings.n_ctx
     memory = sum(i.size_bytes + i.kv_bytes_per_token * n_ctx for i in infos)
-    print(f"expected memory: {human(memory)} (both files + KV cache at {n_ctx} tokens)")
+    print(f"expected memory: {human_bytes_si(memory)} (both files + KV cache at {n_ctx} tokens)")
     print(verdict.message())
     return 0 if verdict.ok else 1

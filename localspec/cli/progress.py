@@ -20,6 +20,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from ..units import human_bytes_si, minutes_seconds
+
 PLAIN_EVERY_S = 2.0  # piped: a line every 2 s at most (and at the end) keeps logs short
 
 
@@ -108,16 +110,7 @@ class ByteProgress:
 
 def plain_line(p) -> str:
     pct = f"{p.done_bytes / p.total_bytes:.0%}" if p.total_bytes else "?"
-    eta = "" if p.eta_seconds is None else f", ETA {int(p.eta_seconds) // 60}:{int(p.eta_seconds) % 60:02d}"
-    total = f"/{human(p.total_bytes)}" if p.total_bytes else ""
-    return f"{p.filename}: {pct} {human(p.done_bytes)}{total} at {human(p.bytes_per_second)}/s{eta} ({p.source})"
-
-
-def human(n: int | float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+    eta = "" if p.eta_seconds is None else f", ETA {minutes_seconds(p.eta_seconds)}"
+    total = f"/{human_bytes_si(p.total_bytes)}" if p.total_bytes else ""
+    done, rate = human_bytes_si(p.done_bytes), human_bytes_si(p.bytes_per_second)
+    return f"{p.filename}: {pct} {done}{total} at {rate}/s{eta} ({p.source})"

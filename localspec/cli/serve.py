@@ -1,8 +1,8 @@
-"""``localspec serve``: the loaded pair over an OpenAI-compatible HTTP API (``localspec.serve.server``).
+"""``localspec serve``: the loaded pair over an OpenAI-compatible HTTP API (``localspec.serve``).
 
 Safe by default: it binds to 127.0.0.1, and any other address needs an API key (``--api-key``
 or ``LOCALSPEC_API_KEY``), since the API runs the models for whoever can reach it. Web pages
-get in only where --cors and --allow-host say (``server.Guard``).
+get in only where --cors and --allow-host say (``guard.Guard``).
 
 Every option, and the address itself, is checked before the models load: the socket is bound
 first. Exit codes: 0 after SIGINT or SIGTERM, 2 an option refused, 3 an incompatible pair (as
@@ -110,7 +110,7 @@ def check_origin(origin: str) -> str | None:
 
 
 def check_host_name(name: str) -> str | None:
-    from ..serve.server import host_name
+    from ..serve.guard import host_name
 
     if host_name(name) and not re.search(r"[/@*\s]", name):
         return None
@@ -159,7 +159,7 @@ def resolve_pair(args) -> str | None:
 
 
 def cmd_serve(args) -> int:
-    from ..serve import server
+    from ..serve import serving
 
     args.api_key = args.api_key or os.environ.get(KEY_ENV) or None
     problem = check_options(args)
@@ -168,7 +168,7 @@ def cmd_serve(args) -> int:
         return 2
     model_id = resolve_pair(args) or args.target.stem
     try:
-        sockets = server.listening_sockets(args.host, args.port)
+        sockets = serving.listening_sockets(args.host, args.port)
     except OSError as e:
         print(f"localspec serve: {listen_problem(e, args.host, args.port)}", file=sys.stderr)
         return EXIT_CANNOT_LISTEN
@@ -183,7 +183,7 @@ def cmd_serve(args) -> int:
 def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
     """Load the pair and serve it on ``sockets`` until SIGINT or SIGTERM; then save the profile
     and close the models (``Session.close``) once the reply still running has stopped."""
-    from ..serve import server
+    from ..serve import server, serving
     from ..serve.api import Served
 
     session = load_session(args)
@@ -206,6 +206,6 @@ def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
     port = sockets[0].getsockname()[1]  # the one picked, with --port 0
     print(f"serving {model_id} ({session.mode}) at http://{host}:{port}/v1", file=sys.stderr)
     try:
-        server.serve(server.make_app(session, served, config), sockets, args.log_level)
+        serving.serve(server.make_app(session, served, config), sockets, args.log_level)
     finally:
         session.close()

@@ -27,7 +27,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from .compat import Compatibility, VocabInfo, check_compatible
+from .compat import VocabInfo
 from .offload import ModelLayout
 
 T = gguf.GGUFValueType
@@ -173,7 +173,7 @@ def read_model_layout(path: Path | str) -> ModelLayout:
     if "output.weight" not in sizes:
         output += sizes.get("token_embd.weight", 0)
     ctx = meta.get(f"{arch}.context_length")
-    return ModelLayout(n_layer, tuple(blocks), output, _kv_bytes_per_token(meta, arch), int(ctx) if ctx else None)
+    return ModelLayout(n_layer, tuple(blocks), output, kv_bytes_per_token(meta, arch), int(ctx) if ctx else None)
 
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
@@ -431,11 +431,13 @@ def read_info(path: Path | str) -> GgufInfo:
         context_length=int(ctx) if ctx is not None else None,
         n_vocab=len(meta.get("tokenizer.ggml.tokens", ())),
         size_bytes=path.stat().st_size,
-        kv_bytes_per_token=_kv_bytes_per_token(meta, arch),
+        kv_bytes_per_token=kv_bytes_per_token(meta, arch),
     )
 
 
-def _kv_bytes_per_token(meta: dict, arch: str) -> int:
+def kv_bytes_per_token(meta: dict, arch: str) -> int:
+    """Bytes of F16 K and V one token takes in the cache, all layers together."""
+
     def get(key: str, default: Any = 0) -> Any:
         return meta.get(f"{arch}.{key}", default)
 
@@ -481,8 +483,3 @@ def vocab_info(path: Path | str) -> VocabInfo:
         tokens=tokens,
         special=frozenset(special),
     )
-
-
-def check_pair(target: Path | str, draft: Path | str) -> Compatibility:
-    """The engine's rule applied to two files, read without loading them."""
-    return check_compatible(vocab_info(target), vocab_info(draft))

@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-MiB = 1 << 20
-GiB = 1 << 30
+from ..units import MiB, gib
 
 # Tuning choice: the free memory llama.cpp reports is measured before anything of ours is on
 # the GPU, and the layer sizes count weights and KV cache only. Not counted: each context's
@@ -125,10 +124,6 @@ class OffloadPlan:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "summary": self.summary}
-
-
-def gib(n: int | float | None) -> str:
-    return "?" if n is None else f"{n / GiB:.1f} GiB"
 
 
 def offload_devices(devices: Sequence[Device]) -> list[Device]:

@@ -17,19 +17,18 @@ imports llama_cpp, so a check costs a header read, not a model load.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..units import gb, memory_available
 from . import ggufinfo
-from .ggufinfo import _kv_bytes_per_token
+from .ggufinfo import kv_bytes_per_token
 
 # Tuning choice: llama.cpp's compute buffers are a few hundred MB for 1-8B models at 4k
 # context; 10% of weights + KV is a round figure that covers them without refusing models
 # that would load.
 COMPUTE_OVERHEAD = 0.10
-GB = 1e9
 # A header describing tensors past this is damaged, not cut short: the largest published GGUFs
 # are under 1 TB, and no disk holds 2^50 bytes (1 PiB) in one file
 MAX_MODEL_BYTES = 2**50
@@ -212,15 +211,6 @@ class ModelFileInfo:
         return int((self.file_bytes + self.kv_bytes) * self.host_fraction * (1 + COMPUTE_OVERHEAD))
 
 
-def check_model_file(
-    path: Path | str, n_ctx: int, gpu_layers: int | None = 0, available_bytes: int | None = None
-) -> ModelFileInfo:
-    """The file's facts, or ModelFileError. ``gpu_layers``: as llama.cpp's n_gpu_layers
-    (0 or None: all on the CPU, negative: all offloaded). ``available_bytes``: free memory
-    (default: MemAvailable of this machine)."""
-    return check_model_files([path], n_ctx, gpu_layers, available_bytes)[0]
-
-
 def check_model_files(
     paths: Sequence[Path | str],
     n_ctx: int,
@@ -267,7 +257,7 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
         arch=arch,
         file_bytes=_split_total(path, meta, size),
         n_ctx=n_ctx,
-        kv_bytes=_kv_bytes_per_token(meta, arch) * n_ctx,
+        kv_bytes=kv_bytes_per_token(meta, arch) * n_ctx,
         host_fraction=_host_fraction(n_layer, gpu_layers),
     )
 
@@ -305,22 +295,12 @@ def check_memory(infos: Sequence[ModelFileInfo], available_bytes: int | None) ->
     weights = sum(i.file_bytes * i.host_fraction for i in infos)
     kv = sum(i.kv_bytes * i.host_fraction for i in infos)
     raise ModelFileError(
-        f"{names}: not enough memory: needs about {needed / GB:.1f} GB (weights "
-        f"{weights / GB:.1f} GB + KV cache {kv / GB:.1f} GB at {infos[0].n_ctx} tokens of context "
-        f"+ {COMPUTE_OVERHEAD:.0%} compute buffers), {available_bytes / GB:.1f} GB available; try "
+        f"{names}: not enough memory: needs about {gb(needed)} (weights "
+        f"{gb(weights)} + KV cache {gb(kv)} at {infos[0].n_ctx} tokens of context "
+        f"+ {COMPUTE_OVERHEAD:.0%} compute buffers), {gb(available_bytes)} available; try "
         "fewer GPU layers (--gpu-layers), a smaller quantization, or a smaller --ctx. "
         "Close other programs to free memory."
     )
-
-
-def memory_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
-    """MemAvailable in bytes (Linux), else None: the memory check is then skipped."""
-    try:
-        text = meminfo.read_text()
-    except OSError:
-        return None
-    found = re.search(r"^MemAvailable:\s+(\d+)\s+kB", text, re.M)
-    return int(found.group(1)) * 1024 if found else None
 
 
 def _host_fraction(n_layer: int, gpu_layers: int | None) -> float:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..settings import data_dir
+from ..units import gb
 from . import hub, pypi_fallback
 from .catalog import ModelRef
 
@@ -262,7 +263,7 @@ def _disk_full(ref: ModelRef, settings, e: OSError) -> DownloadError:
     where = f" writing {e.filename}" if e.filename else ""
     return DownloadError(
         f"the disk is full (no space left{where}). {ref.filename} needs about "
-        f"{ref.size_bytes / 1e9:.1f} GB: free space on that disk, or point models_dir / hub_cache_dir "
+        f"{gb(ref.size_bytes)}: free space on that disk, or point models_dir / hub_cache_dir "
         "in the settings at another one, and run `localspec models pull` again; what was already "
         "downloaded is kept and reused."
     )

@@ -21,16 +21,12 @@ from ..chat.session import IncompatiblePair, LoadOptions, PairSpec, load_options
 from ..chat.store import ChatStore
 from ..settings import Settings, data_dir, load_settings, save_settings, settings_path
 from .chat import KEYS, ChatScreen
-from .screens import (
-    ChatSettingsScreen,
-    DownloadScreen,
-    ErrorDialog,
-    LoadingScreen,
-    PairChoice,
-    PairScreen,
-    SettingsScreen,
-    compatible_drafts,
-)
+from .screens.app_settings import SettingsScreen
+from .screens.chat_settings import ChatSettingsScreen
+from .screens.download import DownloadScreen
+from .screens.error import ErrorDialog
+from .screens.loading import LoadingScreen
+from .screens.pair import PairChoice, PairScreen, compatible_drafts
 
 # loads a pair: (pair, options, progress callback) -> the session
 SessionFactory = Callable[[PairSpec, LoadOptions, Callable[[str], None]], ChatSession]

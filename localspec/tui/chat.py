@@ -22,7 +22,9 @@ from textual.worker import get_current_worker
 from ..chat.conversation import Conversation, Ending, Generation, ReplyStep
 from ..chat.store import Message as StoredMessage
 from ..chat.store import summary_line
-from .screens import ChatListScreen, HelpScreen, RaceScreen
+from .screens.chats import ChatListScreen
+from .screens.help import HelpScreen
+from .screens.race import RaceScreen
 from .widgets import ChatInput, ChatLog, ReplyView, StatsPanel, StepInspector, UserMessage, code_blocks, stats_values
 
 # Tuning choice: 8 panel refreshes a second is twice the required 4 and costs little CPU;

@@ -53,13 +53,13 @@ class TestList:
 
     @pytest.mark.parametrize("ram, fits", [(64 * 10**9, "yes"), (2 * 10**9, "no"), (None, "?")])
     def test_fits_in_memory(self, capsys, monkeypatch, ram, fits):
-        monkeypatch.setattr(cli_models, "total_memory_bytes", lambda: ram)
+        monkeypatch.setattr(cli_models, "memory_total", lambda: ram)
         main(["models", "list"])
         line = next(row for row in capsys.readouterr().out.splitlines() if "qwen2.5-coder-1.5b " in row)
         assert f"  {fits}  " in line  # 1.8 GB needed
 
     def test_total_memory_is_read(self):
-        assert cli_models.total_memory_bytes() > 10**8
+        assert cli_models.memory_total() > 10**8
 
 
 class TestPull:

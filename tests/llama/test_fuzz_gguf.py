@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localspec.llama import ggufinfo, preflight
+from tests.support.checks import check_model_file
 from tests.support.tiny_gguf import write_tiny_gguf
 
 T = gguf.GGUFValueType
@@ -222,7 +223,7 @@ def readers_property(path: Path) -> None:
         out = within_memory(functools.partial(read, path))
         if isinstance(out, Exception):
             assert str(path) in str(out) and "\n" not in str(out)
-    out = within_memory(lambda: preflight.check_model_file(path, 4096, available_bytes=10**15))
+    out = within_memory(lambda: check_model_file(path, 4096, available_bytes=10**15))
     if isinstance(out, Exception):
         assert str(path) in str(out) and "Traceback" not in str(out)
 
@@ -327,4 +328,4 @@ class TestEachDamageHasItsMessage:
         tensor = _string(b"w") + struct.pack("<I4QIQ", 4, 2**40, 2**40, 2**40, 1, 0, 0)
         path = write(tmp_path, self.header(meta, 1, tensor, 1))
         with pytest.raises(preflight.ModelFileError, match="header is damaged: its tensors would take"):
-            preflight.check_model_file(path, 512, available_bytes=10**15)
+            check_model_file(path, 512, available_bytes=10**15)

@@ -10,6 +10,7 @@ import pytest
 
 from localspec.llama import ggufinfo
 from localspec.llama.compat import check_compatible
+from tests.support.checks import check_pair
 from tests.support.tiny_gguf import write_tiny_gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +110,7 @@ class TestVocabAgreesWithLlamaCpp:
         assert ours.ok is theirs.ok is compatible
         assert ours.problems == theirs.problems
         assert ours.banned_draft_ids == theirs.banned_draft_ids
-        assert ggufinfo.check_pair(target, draft) == ours
+        assert check_pair(target, draft) == ours
 
     def test_same_vocab_fields_as_llama_cpp(self, tiny):
         ours, theirs = ggufinfo.vocab_info(tiny), llama_vocab(tiny)

@@ -15,8 +15,6 @@ from localspec.llama.ggufinfo import read_model_layout
 from localspec.llama.offload import (
     CPU_BUILD,
     Device,
-    GiB,
-    MiB,
     ModelLayout,
     OffloadPlan,
     cpu_plan,
@@ -24,6 +22,7 @@ from localspec.llama.offload import (
     plan_offload,
     usable_gpu_bytes,
 )
+from localspec.units import GiB, MiB
 from tests.support.tiny_gguf import vocab, write_tiny_gguf
 
 CPU = Device("CPU", "Intel(R) Xeon(R)", "cpu", 16 * GiB, 16 * GiB)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from localspec.llama import preflight
-from localspec.llama.preflight import ModelFileError, check_model_file, check_model_files
+from localspec.llama.preflight import ModelFileError, check_model_files
+from tests.support.checks import check_model_file
 from tests.support.tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 # the tiny model: 2 layers, 64 dims, 4 heads of 16, n_ctx 512, F32 weights
@@ -176,12 +177,6 @@ class TestMemory:
         assert (target_info.host_fraction, draft_info.host_fraction) == (1.0, 0.0)
         with pytest.raises(ValueError):
             check_model_files([self.path, draft], 512, [0], available_bytes=10**12)
-
-    def test_meminfo_parsing(self, tmp_path):
-        meminfo = tmp_path / "meminfo"
-        meminfo.write_text("MemTotal:  16000000 kB\nMemFree: 100 kB\nMemAvailable:    8000000 kB\n")
-        assert preflight.memory_available(meminfo) == 8_000_000 * 1024
-        assert preflight.memory_available(tmp_path / "absent") is None
 
     def test_unknown_memory_skips_the_check(self, monkeypatch):
         monkeypatch.setattr(preflight, "memory_available", lambda: None)

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from localspec.llama.backend import LlamaModel
-from localspec.llama.ggufinfo import check_pair, read_info, read_metadata
+from localspec.llama.ggufinfo import read_info, read_metadata
 from tests.support import random_gguf as R
+from tests.support.checks import check_pair
 
 
 @pytest.fixture(scope="module")

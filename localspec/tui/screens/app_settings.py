@@ -1,0 +1,116 @@
+"""The app's stored settings: where models live, every model, reply and drafting option, and
+the app's own; saved only when the whole validates."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic.fields import FieldInfo
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Input, Label, Select, Static, Switch
+
+from ...core import options
+from .form import FieldError, OptionForm
+
+# what the settings screen edits, in order: where models live, every model option and the reply
+# length (top-level keys of the settings), every drafting option (draft.*), then the app's own
+APP_SETTING_KEYS = (
+    "models_dir",
+    *options.ModelOptions.model_fields,
+    *options.ReplyOptions.model_fields,
+    *(f"draft.{name}" for name in options.DraftOptions.model_fields),
+    "export_dir",
+    "show_draft_tokens",
+)
+
+# the keys whose values are numeric options, with the option's name (its field's)
+SETTING_OPTIONS = {key: name for key in APP_SETTING_KEYS if (name := key.rpartition(".")[2]) in options.OPTIONS}
+
+
+def _input_id(key: str) -> str:
+    return f"k-{key.replace('.', '-')}"
+
+
+class SettingsScreen(OptionForm[Any]):
+    """Edit the stored settings: option fields are range-checked as typed (localspec.core.options),
+    then the whole is validated with the pydantic model before saving."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
+    fields = {_input_id(key): (SETTING_OPTIONS[key], key) for key in APP_SETTING_KEYS if key in SETTING_OPTIONS}
+
+    def __init__(self, settings, path, warning: str | None = None) -> None:
+        super().__init__(classes="dialog-screen")
+        self.settings, self.path, self.warning = settings, path, warning
+
+    def _value(self, key: str) -> Any:
+        """The stored value of ``key`` ('draft.p_min': a field of a nested group)."""
+        value: Any = self.settings.model_dump()
+        for part in key.split("."):
+            value = value[part]
+        return value
+
+    def _field(self, key: str) -> FieldInfo | None:
+        """The settings field behind ``key`` ('draft.p_min': DraftOptions.p_min)."""
+        model: Any = type(self.settings)
+        *parents, last = key.split(".")
+        for p in parents:
+            model = model.model_fields[p].annotation
+        return model.model_fields.get(last)
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog"):
+            yield Static(Text(f"Settings  ({self.path})  Ctrl+S save · Esc cancel"), classes="dialog-title")
+            if self.warning:
+                yield Static(Text(self.warning, style="#d78700"), id="settings-warning")
+            for key in APP_SETTING_KEYS:
+                value = self._value(key)
+                with Horizontal(classes="field-row"):
+                    yield Label(key, classes="field-label")
+                    field = self._field(key)
+                    choices = get_args(field.annotation) if field and get_origin(field.annotation) is Literal else ()
+                    if isinstance(value, bool):
+                        yield Switch(value, id=_input_id(key))
+                    elif choices:
+                        yield Select([(c, c) for c in choices], value=value, allow_blank=False, id=_input_id(key))
+                    else:
+                        yield Input("" if value is None else str(value), id=_input_id(key))
+                if key in SETTING_OPTIONS:
+                    yield FieldError(id=f"e-{_input_id(key)}")
+                yield Static(Text(field.description or "" if field else ""), classes="field-help")
+            yield Static("", id="settings-error")
+            yield Button("Save", variant="primary", id="save")
+
+    @on(Button.Pressed, "#save")
+    def action_save(self) -> None:
+        from pydantic import ValidationError
+
+        from ...settings import describe_validation_error
+
+        error = self.query_one("#settings-error", Static)
+        checked, refused = self._read_fields()
+        if refused:
+            error.update(self.refused_message(refused))
+            return
+        data = self.settings.model_dump(mode="json")
+        for key in APP_SETTING_KEYS:
+            widget: Any = self.query_one(f"#{_input_id(key)}")  # an Input, a Switch or a Select
+            value = widget.value
+            if _input_id(key) in checked:
+                value = checked[_input_id(key)]
+            elif isinstance(value, str):
+                value = value.strip() or None
+            *parents, last = key.split(".")
+            target = data
+            for p in parents:
+                target = target[p]
+            target[last] = value
+        try:
+            settings = type(self.settings).model_validate(data)
+        except ValidationError as e:
+            error.update(Text(describe_validation_error(e), style="red"))
+            return
+        self.dismiss(settings)

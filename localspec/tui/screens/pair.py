@@ -1,0 +1,173 @@
+"""The pair menu: the catalog's pairs with size, memory and presence, a compatible draft (or
+prompt lookup, or none), the draft length and p_min."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Footer, Input, Label, OptionList, Select, Static
+from textual.widgets.option_list import Option
+
+from ...core import options
+from ...units import human_bytes, memory_total
+
+
+@dataclass(frozen=True)
+class PairChoice:
+    pair_id: str
+    draft: Any | None  # a catalog ModelRef, or None for prompt lookup / no draft
+    mode: str  # "draft" | "lookup" | "none"
+    draft_max: int
+    adaptive: bool
+    p_min: float
+
+
+def compatible_drafts(pair) -> list:
+    """The pair's drafts that can verify against its target: same tokenizer family.
+
+    The catalog lists drafts per pair; a draft of another family (another vocabulary) would
+    fail llama.cpp's compatibility check at load, so the menu never offers it.
+    """
+    return [d for d in pair.drafts if d.family == pair.target.family]
+
+
+def draft_options(pair) -> list[tuple[str, str]]:
+    """(label, value) for the draft selector: compatible drafts, then lookup and none."""
+    out = [(f"{d.filename}  ({human_bytes(d.size_bytes)})", f"draft:{d.filename}") for d in compatible_drafts(pair)]
+    out += [("prompt lookup (no draft model)", "lookup"), ("none (target alone)", "none")]
+    return out
+
+
+class PairScreen(ModalScreen[PairChoice | None]):
+    """Pairs from the catalog with size, memory and presence; compatible drafts only."""
+
+    BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+o", "open", "Open pair")]
+
+    def __init__(
+        self,
+        catalog,
+        present: Callable[[Any], bool],
+        selected: str | None,
+        draft_choice: str | None,
+        draft_max: int,
+        adaptive: bool,
+        p_min: float,
+        expected: Callable[[Any], str | None] | None = None,
+    ) -> None:
+        super().__init__(classes="dialog-screen")
+        self.catalog = catalog
+        self.present = present
+        self.expected = expected  # pair -> "expected here: ..." from this machine's profiles
+        self.selected = selected or catalog.default_pair_id
+        self.draft_choice = draft_choice
+        self.draft_max, self.adaptive, self.p_min = draft_max, adaptive, p_min
+        self.ram = memory_total()
+
+    def _pair_label(self, pair) -> Text:
+        refs = [pair.target] + list(pair.drafts[:1])
+        size = sum(r.size_bytes or 0 for r in refs)
+        have = all(self.present(r) for r in refs)
+        text = Text()
+        text.append(f"{pair.name}", style="bold")
+        if pair.id == self.catalog.default_pair_id:
+            text.append("  (default)", style="#00af5f")
+        text.append(
+            f"\n  {human_bytes(size)} {'on disk' if have else 'download'} · "
+            f"needs ~{human_bytes(pair.memory_bytes)} memory · ",
+            style="dim",
+        )
+        if self.ram and pair.memory_bytes > self.ram:
+            text.append(f"more than this machine's {human_bytes(self.ram)} · ", style="bold #d70000")
+        text.append("✓ files present" if have else "⬇ download needed", style="#00af5f" if have else "#d78700")
+        line = self.expected(pair) if self.expected and have else None
+        if line:
+            text.append(f"\n  {line}", style="#5f87af")
+        if pair.good_for:
+            text.append(f"\n  good for: {pair.good_for}", style="dim")
+        return text
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog pair-dialog"):
+            yield Static("Choose a model pair  (Enter/Ctrl+O open · Esc cancel)", classes="dialog-title")
+            yield OptionList(*[Option(self._pair_label(p), id=p.id) for p in self.catalog.pairs], id="pair-list")
+            with Horizontal(classes="field-row"):
+                yield Label("draft", classes="field-label")
+                yield Select([("none (target alone)", "none")], allow_blank=False, id="draft-select")
+            with Horizontal(classes="field-row"):
+                yield Label("max draft k", classes="field-label")
+                yield Input(
+                    "auto" if self.adaptive else str(self.draft_max),
+                    id="max-k",
+                    placeholder=f"auto or 0..{options.MAX_DRAFT}",
+                )
+                yield Label("p_min", classes="field-label")
+                yield Input(str(self.p_min), id="p-min")
+            yield Static("", id="pair-error")
+            yield Button("Open", variant="primary", id="open")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        ol = self.query_one("#pair-list", OptionList)
+        ids = [p.id for p in self.catalog.pairs]
+        if self.selected in ids:
+            ol.highlighted = ids.index(self.selected)
+        elif ids:
+            ol.highlighted = 0
+        self._fill_drafts()
+        ol.focus()
+
+    @property
+    def pair(self):
+        ol = self.query_one("#pair-list", OptionList)
+        if ol.highlighted is None:
+            return None
+        return self.catalog.get(ol.get_option_at_index(ol.highlighted).id)
+
+    def _fill_drafts(self) -> None:
+        pair = self.pair
+        if pair is None:
+            return
+        options = draft_options(pair)
+        select = self.query_one("#draft-select", Select)
+        select.set_options(options)
+        values = [v for _, v in options]
+        wanted = self.draft_choice if self.draft_choice in values else values[0]
+        select.value = wanted
+
+    @on(OptionList.OptionHighlighted, "#pair-list")
+    def _highlighted(self) -> None:
+        self._fill_drafts()
+
+    @on(OptionList.OptionSelected, "#pair-list")
+    def _selected(self) -> None:
+        self.action_open()
+
+    @on(Button.Pressed, "#open")
+    def action_open(self) -> None:
+        pair = self.pair
+        if pair is None:
+            return
+        raw_k = self.query_one("#max-k", Input).value.strip().lower()
+        try:
+            adaptive = raw_k in ("", "auto")
+            draft_max = self.draft_max if adaptive else options.parse("draft_max", raw_k, "max draft k")
+            p_min = options.parse("p_min", self.query_one("#p-min", Input).value, "p_min")
+        except options.OptionError as e:
+            self.query_one("#pair-error", Static).update(Text(f"{e} ('auto' picks k itself)", style="red"))
+            return
+        value = self.query_one("#draft-select", Select).value
+        if isinstance(value, str) and value.startswith("draft:"):
+            name = value.split(":", 1)[1]
+            draft = next(d for d in compatible_drafts(pair) if d.filename == name)
+            mode = "draft"
+        else:
+            draft, mode = None, str(value)
+        self.dismiss(PairChoice(pair.id, draft, mode, draft_max, adaptive, p_min))

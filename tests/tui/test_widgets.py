@@ -1,0 +1,60 @@
+"""The widgets' helpers (localspec.tui.widgets): control characters drawn, never sent; code
+blocks; the inspector's marks."""
+
+from __future__ import annotations
+
+import pytest
+
+from localspec.chat.conversation import InspectedStep
+from localspec.settings import Settings
+from localspec.tui.widgets import (
+    ReplyView,
+    code_blocks,
+    draft_marks,
+    visible,
+)
+from tests.support.fake_session import (
+    FakeSession,
+)
+from tests.support.tui import (
+    SIZE,
+    assert_shows,
+    make_app,
+    ready,
+    send,
+    wait_for,
+)
+
+
+class TestHelpers:
+    def test_control_characters_never_reach_the_terminal(self):
+        assert visible("a\x1b[31mb\x07\x7f\tc\n") == "a␛[31mb␇␡\tc\n"
+
+    @pytest.mark.parametrize(
+        "token, shown",
+        [(" the", "·the"), ("\n\n", "⏎⏎"), ("", "∅"), ("\x1b", "␛"), ("\t", "\t")],
+    )
+    def test_an_inspected_token_shows_its_blanks(self, token, shown):
+        assert visible(token, token=True) == shown
+
+    async def test_escape_sequences_in_a_reply_are_drawn_not_sent(self):
+        session = FakeSession([(["ok ", "\x1b[2J"], 1, 1), (["\x07done"], 0, 0)])
+        app = make_app(session, settings=Settings(show_draft_tokens=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await send(app, pilot, "paste \x1b]0;title\x07")
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            assert app.conversation.history[-1].content == "ok \x1b[2J\x07done"  # stored unchanged
+            reply = app.query(ReplyView).last()
+            assert reply.coloured_text().plain == "ok ␛[2J␇done"
+            assert "\x1b" not in app.export_screenshot()  # nowhere in what is drawn, markup included
+            assert_shows(app, "␛[2J")
+
+    def test_code_blocks(self):
+        md = "x\n```py\nprint(1)\n```\ntext\n```\nunclosed"
+        assert code_blocks(md) == ["print(1)", "unclosed"]
+
+    def test_draft_marks_all_accepted_is_bonus(self):
+        s = InspectedStep(1, 2, ("a", "b"), 2, "c")
+        assert s.bonus and [m for _, m in draft_marks(s)] == ["accepted", "accepted"]
+        assert not InspectedStep(2, 0, (), 0, "d").bonus  # no draft: a plain target step
