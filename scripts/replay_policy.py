@@ -6,7 +6,7 @@
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
         [--cold [--no-profile]] [--set controller.OPENING_STEPS=0]
 
-``record`` loads the pair, measures the target's verify curve directly (bench.measure_costs)
+``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
 and keeps, per prompt of the default suite, the prompt's tokens and the target's greedy reply.
 ``replay`` runs the real engine, controller and drafters on them: the target is the recorded
 reply (greedy: a verify keeps exactly the draft tokens that agree with it), the draft is the
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.bench import runner as bench
+from localspec.bench import measure, modes, suites
 from localspec.chat.session import CALIBRATION_SIZES, LoadOptions, PairSpec, Session
 from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
@@ -125,14 +125,14 @@ class MemoDraft(ReplayTarget):
 
 def record(args) -> None:
     session = Session.load(PairSpec(Path(args.target), Path(args.draft)), LoadOptions())
-    direct = bench.measure_costs(session)
+    direct = measure.measure_costs(session)
     out = {
         "curve": {n: direct.T(n) for n in range(1, 18)},
         "t_draft": direct.t_draft,
         "read": session.costs.draft.read(100) / 100,
         "prompts": [],
     }
-    for prompt in bench.load_suite("default")["prompts"]:
+    for prompt in suites.load_suite("default")["prompts"]:
         session.reset()
         messages = [{"role": "user", "content": prompt["prompt"]}]
         ids = session.fit(messages, args.max_tokens)[0]
@@ -165,10 +165,10 @@ def build(policy: str, ctx: ModeContext):
         return target_alone(ctx)
     if policy == "auto":
         return draft_model(ctx)
-    fixed = bench.parse_fixed(policy)
+    fixed = modes.parse_fixed(policy)
     if fixed is None:
         raise SystemExit(f"unknown policy {policy!r}: none, auto or fixed-kK-pP")
-    return bench.FixedDraft(*fixed)(ctx)
+    return modes.FixedDraft(*fixed)(ctx)
 
 
 def replay(args) -> None:
@@ -224,7 +224,7 @@ def report(results: dict, policies: list[str]) -> None:
             cells.append(f"{tps / base:6.2f} {length:5.1f} {alpha:4.2f}".rjust(20))
         print(pid.ljust(18) + "".join(cells))
     print("median".ljust(18) + "".join(f"{statistics.median(ratios[p]):6.2f}".rjust(20) for p in policies))
-    fixed = [p for p in policies if bench.parse_fixed(p)]
+    fixed = [p for p in policies if modes.parse_fixed(p)]
     if "auto" in policies and fixed:
         best = [row["auto"][0] / max(row[p][0] for p in fixed) for row in results.values()]
         print("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
@@ -241,7 +241,7 @@ def main() -> None:
     rep = sub.add_parser("replay")
     rep.add_argument("recording")
     rep.add_argument("--draft", required=True)
-    rep.add_argument("--policies", default="none,auto," + ",".join(bench.sweep_modes()))
+    rep.add_argument("--policies", default="none,auto," + ",".join(modes.sweep_modes()))
     rep.add_argument("--prompts", default="")
     rep.add_argument("--noise", type=float, default=0.0)
     rep.add_argument("--seed", type=int, default=0)

@@ -25,7 +25,7 @@ import time
 import urllib.error
 import urllib.request
 
-from localspec.bench.runner import load_suite
+from localspec.bench.suites import load_suite
 
 MODES = ("draft", "lookup", "none")
 START_TIMEOUT_S = 600  # loading and calibrating a pair on 2 cores takes under a minute; be generous

@@ -18,15 +18,16 @@ import statistics
 import sys
 from pathlib import Path
 
-from localspec.bench import runner as bench
+from localspec.bench import measure as bench_measure
+from localspec.bench import modes, suites
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.sampling import SamplingParams
 
-FIXED = bench.fixed_mode(4, 0.75)
+FIXED = modes.fixed_mode(4, 0.75)
 MODES = ("none", "draft", FIXED)
 
 
-def speeds(run: bench.Run) -> tuple[float, float]:
+def speeds(run: bench_measure.WarmRun) -> tuple[float, float]:
     """(decode tokens/s, end-to-end tokens/s with the prefill)."""
     s = run.stats
     total = (s["prefill_seconds"] or 0.0) + (s["decode_seconds"] or 0.0)
@@ -41,7 +42,7 @@ def measure(session, prompts, lengths, repeats) -> dict:
             runs: dict[str, list[tuple[float, float]]] = {m: [] for m in MODES}
             for _ in range(repeats):
                 for mode in MODES:  # interleaved
-                    runs[mode].append(speeds(bench.run_once(session, prompt, mode, greedy, n)))
+                    runs[mode].append(speeds(bench_measure.run_once(session, prompt, mode, greedy, n)))
             out.setdefault(n, {})[prompt["id"]] = {
                 m: [statistics.median(r[i] for r in rs) for i in (0, 1)] for m, rs in runs.items()
             }
@@ -81,12 +82,12 @@ def main() -> int:
     p.add_argument("--threads", type=int)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
-    suite = bench.load_suite("default")
-    prompts = (bench.only(suite, args.prompts) if args.prompts else suite)["prompts"]
+    suite = suites.load_suite("default")
+    prompts = (suites.only(suite, args.prompts) if args.prompts else suite)["prompts"]
     session = Session.load(PairSpec(args.target, args.draft), LoadOptions(threads=args.threads))
     try:
-        bench.register_modes(session, MODES)
-        bench.run_once(session, prompts[0], "draft", SamplingParams(), 8)  # warm-up
+        modes.register_modes(session, MODES)
+        bench_measure.run_once(session, prompts[0], "draft", SamplingParams(), 8)  # warm-up
         results = measure(session, prompts, [int(x) for x in args.lengths.split(",")], args.repeats)
     finally:
         session.close()

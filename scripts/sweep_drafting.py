@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from localspec.bench import runner as bench
+from localspec.bench import suites
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.controller import AdaptiveController, Controller, FixedController
 from localspec.core.costs import CostModel, DraftCost
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args()
     session = Session.load(PairSpec(args.target, args.draft), LoadOptions())
-    suite = {p["id"]: p["prompt"] for p in bench.load_suite()["prompts"]}
+    suite = {p["id"]: p["prompt"] for p in suites.load_suite()["prompts"]}
     variants = [Variant(name, session) for name in ["none", *(v for v in args.variants.split(",") if v != "none")]]
     for _ in range(args.rounds):
         for pid in args.prompts.split(","):

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from localspec.bench import runner as bench
+from localspec.bench import measure, suites
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.sampling import SamplingParams
 
@@ -55,7 +55,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
-    suite = {q["id"]: q for q in bench.load_suite("default")["prompts"]}
+    suite = {q["id"]: q for q in suites.load_suite("default")["prompts"]}
     ids, n_maxes = args.prompts.split(","), [int(n) for n in args.n_max.split(",")]
     session = Session.load(PairSpec(args.target, args.draft), LoadOptions(threads=args.threads))
     speeds: dict[tuple[str, str], list[float]] = {}
@@ -68,7 +68,7 @@ def main() -> int:
         try:
             for _ in range(args.rounds):
                 for pid in ids:
-                    run = bench.run_once(session, suite[pid], "draft", SamplingParams(), args.tokens)
+                    run = measure.run_once(session, suite[pid], "draft", SamplingParams(), args.tokens)
                     speeds.setdefault((pid, "localspec auto"), []).append(run.stats["tokens_per_second"])
                     for n in n_maxes:
                         t = theirs(args, files[pid], n)

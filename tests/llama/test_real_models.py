@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from localspec.bench import runner as bench
+from localspec.bench import measure, suites
 from localspec.chat.session import LoadOptions, PairSpec, Session
+from localspec.core.sampling import SamplingParams
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 Q4 = MODELS / "qwen2.5-coder-1.5b.gguf"
 F16 = MODELS / "qwen2.5-coder-1.5b-f16.gguf"
 DRAFT = MODELS / "qwen2.5-coder-0.5b.gguf"
 NEAR_TIE = 0.5  # logit units; prototype divergences here were at gaps 0.005-0.14
-PROMPTS = [p for p in bench.load_suite()["prompts"] if p["id"] in bench.QUICK_PROMPTS]
+PROMPTS = [p for p in suites.load_suite()["prompts"] if p["id"] in suites.QUICK_PROMPTS]
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +44,9 @@ def regime(request):
 @pytest.mark.parametrize("mode", ["draft", "lookup"])
 def test_greedy_matches_target_only(regime, prompt, mode):
     name, session = regime
-    ref = bench.run_once(session, prompt, "none", bench.SamplingParams(), 64)
-    got = bench.run_once(session, prompt, mode, bench.SamplingParams(), 64)
-    div = bench.first_divergence(session, prompt, ref.tokens, got.tokens)
+    ref = measure.run_once(session, prompt, "none", SamplingParams(), 64)
+    got = measure.run_once(session, prompt, mode, SamplingParams(), 64)
+    div = measure.first_divergence(session, prompt, ref.tokens, got.tokens)
     if name == "f16":
         assert div is None, f"F16 target must be exact; diverged: {div}"
     elif div is not None:
@@ -57,7 +58,7 @@ def test_target_as_own_draft_accepts_all():
     need(DRAFT)
     s = Session.load(PairSpec(DRAFT, DRAFT), LoadOptions(n_ctx=1024, adaptive=False, draft_max=4, p_min=0.0))
     try:
-        run = bench.run_once(s, PROMPTS[0], "draft", bench.SamplingParams(), 32)
+        run = measure.run_once(s, PROMPTS[0], "draft", SamplingParams(), 32)
         assert run.stats["n_drafted"] > 0 and run.stats["acceptance_rate"] == 1.0
     finally:
         s.close()

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from localspec.cli import main
-from localspec.serve import server
+from localspec.serve import guard, serving
 from tests.support.live_server import chat_body, health, post, running, slow_down, wait_for  # fixtures: conftest
 
 # the request of the issue's reproduction
@@ -49,7 +49,7 @@ class TestNames:
         ],
     )
     def test_host_name(self, value, name):
-        assert server.host_name(value) == name
+        assert guard.host_name(value) == name
 
     @pytest.mark.parametrize(
         "bound, name, allowed",
@@ -66,10 +66,10 @@ class TestNames:
         ],
     )
     def test_which_names_pass(self, bound, name, allowed):
-        assert server.Names.of(bound).allows(name) == allowed
+        assert guard.Names.of(bound).allows(name) == allowed
 
     def test_allowed_names_are_normalised(self):
-        names = server.Names.of("127.0.0.1", ("MyBox.lan:8080", "[fe80::1]"))
+        names = guard.Names.of("127.0.0.1", ("MyBox.lan:8080", "[fe80::1]"))
         assert names.allows("mybox.lan") and names.allows("fe80::1") and not names.allows("mybox")
 
 
@@ -249,9 +249,9 @@ class TestSlowClients:
 # --- clients that leave: one line each -----------------------------------------------------------
 @pytest.fixture
 def logs(caplog):
-    """Every record of localspec.serve.server (INFO and up) and of uvicorn's loggers, which do not
+    """Every record of localspec.serve (INFO and up) and of uvicorn's loggers, which do not
     propagate to the root logger caplog listens on; attach it once the server has started."""
-    caplog.set_level(logging.INFO, logger="localspec.serve.server")
+    caplog.set_level(logging.INFO, logger="localspec.serve")
 
     def attach():
         logging.getLogger("uvicorn").addHandler(caplog.handler)
@@ -309,7 +309,7 @@ class TestAddress:
         assert words in err and "missing.gguf" not in err  # the load, which would name it, never ran
 
     def test_a_port_in_use_exits_5_before_loading(self, capsys):
-        (taken,) = server.listening_sockets("127.0.0.1", 0)
+        (taken,) = serving.listening_sockets("127.0.0.1", 0)
         with taken:
             port = taken.getsockname()[1]
             assert main(["serve", "--target", "missing.gguf", "--port", str(port)]) == 5
@@ -330,7 +330,7 @@ class TestAddress:
             return [*real("127.0.0.1", port, **kw), *real("127.0.0.2", port, **kw), *real("192.0.2.1", port, **kw)]
 
         monkeypatch.setattr(socket, "getaddrinfo", two_here_one_not)
-        sockets = server.listening_sockets("twice.example", 0)
+        sockets = serving.listening_sockets("twice.example", 0)
         try:
             names = [s.getsockname() for s in sockets]
         finally:

@@ -16,7 +16,7 @@ import pytest
 
 from localspec.cli import main
 from localspec.cli.serve import check_bind
-from localspec.serve import server
+from localspec.serve import server, serving
 from tests.support.live_server import (  # and its fixtures `session` and `url` (conftest.pytest_plugins)
     JSON,
     MESSAGES,
@@ -180,6 +180,7 @@ BAD = [
     ("invalid UTF-8", b'{"messages": "\xff"}', 400, None, "not valid JSON"),
     ("body not an object", b"[1, 2]", 400, None, "valid dictionary"),
     ("messages not a list", {"messages": "hi"}, 400, "messages", "valid list"),
+    ("a message not an object", {"messages": ["hi"]}, 400, "messages.0", "valid dictionary or instance of Message"),
     ("no messages", {"messages": []}, 400, "messages", "at least 1"),
     ("too many messages", {"messages": MESSAGES * 1025}, 400, "messages", "at most 1024"),
     ("unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", "system"),
@@ -329,14 +330,14 @@ class TestSafety:
         assert main(["serve", "--target", "missing.gguf", "--host", "0.0.0.0"]) == 2
         assert "without an API key" in capsys.readouterr().err
 
-    def test_only_the_server_module_imports_the_web_stack(self):
+    def test_only_the_http_modules_import_the_web_stack(self):
         package = Path(server.__file__).parent
         users = sorted(
             str(p.relative_to(package))
             for p in package.rglob("*.py")
             if any(f"import {m}" in p.read_text() or f"from {m}" in p.read_text() for m in ("uvicorn", "starlette"))
         )
-        assert users == ["server.py"]
+        assert users == ["guard.py", "server.py", "serving.py"]  # api and generations: no web framework
 
 
 class TestCli:
@@ -354,7 +355,7 @@ class TestCli:
             (host, port) = sockets[0].getsockname()
             seen.update(id=api.served.model_id, mode=api.served.mode, host=host, port=port > 0, queue=api.line.queue)
 
-        monkeypatch.setattr(server, "serve", fake_serve)
+        monkeypatch.setattr(serving, "serve", fake_serve)
         assert (
             main(
                 [

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from localspec.chat.session import LoadOptions, PairSpec, Session
-from localspec.serve import server
+from localspec.serve import server, serving
 from localspec.serve.api import Served
 
 N_CTX = 512
@@ -33,11 +33,11 @@ def served(session, has_draft=True) -> Served:
 
 @contextlib.contextmanager
 def running(session, has_draft=True, **config):
-    """The real server (``server.listening_sockets`` and ``server.make_server``, as ``localspec
+    """The real server (``serving.listening_sockets`` and ``serving.make_server``, as ``localspec
     serve`` uses them) on a free loopback port; yields its base URL."""
     app = server.make_app(session, served(session, has_draft), server.ServerConfig(**config))
-    (sock,) = server.listening_sockets("127.0.0.1", 0)
-    srv = server.make_server(app, log_level="warning")
+    (sock,) = serving.listening_sockets("127.0.0.1", 0)
+    srv = serving.make_server(app, log_level="warning")
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -1,0 +1,75 @@
+"""What one bench run measures: one reply in one mode (``run_once``), every run starting from
+an empty cache, and the target's cost curve T(k) measured directly (``measure_costs``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..core.costs import CostModel, calibrate
+from ..core.sampling import SamplingParams
+from ..core.stats import RunStats
+from .modes import Oracle, split_mode
+
+COST_SIZES = tuple(range(1, 17))
+
+
+@dataclass(kw_only=True)
+class WarmRun:
+    """One reply of the warm bench (the pair stays loaded and each mode keeps its controller;
+    ``cold.ColdRun`` is a fresh process's)."""
+
+    prompt_id: str
+    category: str
+    mode: str
+    temperature: float
+    stats: dict
+    text: str
+    tokens: list[int] = field(repr=False)
+    alpha: float | None  # per-token acceptance (geometric estimate) of this run
+
+
+def measure_costs(session, prefix: int = 200, repeats: int = 5) -> CostModel:
+    """T(k) for k = 1..16 and one draft pass, measured directly: after ``prefix`` cached
+    tokens, medians of ``repeats`` interleaved rounds; caches restored."""
+    return CostModel(
+        *calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix, warmup=1)
+    )
+
+
+def run_once(
+    session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int, reference: Sequence[int] | None = None
+) -> WarmRun:
+    """One reply in ``mode`` (registered: see ``modes.register_modes``); an oracle replays
+    ``reference``."""
+    session.reset()  # every run starts cold: no prefix reuse across modes
+    params = params.model_copy(update={"rule": split_mode(mode)[1]})
+    build = session.modes[mode].build
+    if isinstance(build, Oracle):
+        build.replay(reference, params.seed or 0)
+    stats = RunStats()
+    tokens: list[int] = []
+    text: list[str] = []
+    n_rejections = 0
+    msgs = [{"role": "user", "content": prompt["prompt"]}]
+    for step in session.chat(msgs, params, max_tokens, mode=mode, repeatable=False):
+        stats.add(step)
+        tokens.extend(step.emitted)
+        text.append(step.text)
+        n_rejections += step.n_accepted < len(step.drafted)
+    alpha = stats.n_accepted / (stats.n_accepted + n_rejections) if stats.n_drafted else None
+    return WarmRun(
+        prompt_id=prompt["id"],
+        category=prompt["category"],
+        mode=mode,
+        temperature=params.temperature,
+        stats=stats.as_dict(),
+        text="".join(text),
+        tokens=tokens,
+        alpha=alpha,
+    )
+
+
+def first_divergence(session, prompt: dict, ref: Sequence[int], got: Sequence[int]) -> dict | None:
+    """Where a greedy speculative text parts from target-only (``Session.divergence``)."""
+    return session.divergence([{"role": "user", "content": prompt["prompt"]}], ref, got)

@@ -1,0 +1,50 @@
+"""The bench's suites of prompts: the built-in ones by name, or a suite file, and the subsets
+``--quick`` and ``--prompts`` run."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+QUICK_PROMPTS = ("code-intervals", "edit-refactor", "explain-gil")
+QUICK_MAX_TOKENS = 48
+SUITE_MAX_TOKENS = 200  # a suite that names no reply length
+
+# The built-in suites, by name. "heldout" holds prompts nothing is tuned on: it checks that a
+# claim made on the default suite holds on prompts it was not made on.
+BUILTIN_SUITES = ("default", "heldout")
+
+
+def load_suite(name_or_path: str = "default") -> dict:
+    """A built-in suite by name, or a suite file: ``{"prompts": [{"id", "category", "prompt"}, ...]}``
+    with an optional ``name`` and ``max_tokens``."""
+    if name_or_path in BUILTIN_SUITES:
+        text = resources.files("localspec.bench").joinpath(f"suites/{name_or_path}.json").read_text("utf-8")
+        return json.loads(text)
+    path = Path(name_or_path)
+    try:
+        suite = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: cannot read the suite ({e})") from e
+    if not isinstance(suite.get("prompts"), list) or not all("prompt" in p for p in suite["prompts"]):
+        raise ValueError(f'{path}: a suite is {{"prompts": [{{"id", "category", "prompt"}}, ...]}}')
+    for i, p in enumerate(suite["prompts"]):
+        p.setdefault("id", f"prompt-{i + 1}")
+        p.setdefault("category", "custom")
+    return suite
+
+
+def only(suite: dict, ids: str) -> dict:
+    """The suite with only the prompts whose ids ``ids`` lists (comma-separated); ValueError
+    when none of them is in it."""
+    wanted = set(ids.split(","))
+    prompts = [p for p in suite["prompts"] if p["id"] in wanted]
+    if not prompts:
+        raise ValueError(f"no prompt with id in {sorted(wanted)}")
+    return {**suite, "prompts": prompts}
+
+
+def quick(suite: dict) -> dict:
+    prompts = [p for p in suite["prompts"] if p["id"] in QUICK_PROMPTS] or suite["prompts"][:3]
+    return {**suite, "prompts": prompts, "max_tokens": QUICK_MAX_TOKENS}
