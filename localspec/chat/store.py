@@ -1,11 +1,12 @@
 """The chat store: conversations, their settings and messages in SQLite (user data dir).
 
-Durability rules (issue 6): WAL journal, every write is its own committed transaction, so a
-message is on disk the moment it completes and a SIGKILL loses at most the reply being
-generated. The file is created readable by the user only (0600; SQLite gives the -wal/-shm
-files the same mode). A database that cannot be opened or fails ``quick_check`` is copied aside
-(``chats.db.corrupt-YYYYmmdd-HHMMSS``) and a fresh one is started; a locked one falls back to an
-in-memory store. Either way the caller gets ``store.warning`` to show, and the app keeps running.
+Durability rules (docs/reliability.md lists each case and its test): WAL journal, every write
+is its own committed transaction, so a message is on disk the moment it completes and a SIGKILL
+loses at most the reply being generated. The file is created readable by the user only (0600;
+SQLite gives the -wal/-shm files the same mode). A database that cannot be opened or fails
+``quick_check`` is copied aside (``chats.db.corrupt-YYYYmmdd-HHMMSS``) and a fresh one is
+started; a locked one falls back to an in-memory store. Either way the caller gets
+``store.warning`` to show, and the app keeps running.
 Several connections (two app instances) may share one file: WAL plus a busy timeout.
 
 Schema changes are migrations (``MIGRATIONS``), numbered by SQLite's ``user_version``: each

@@ -17,7 +17,7 @@ from .run import add_model_options, load_session
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure speed-ups side by side on a prompt suite")
-    add_model_options(p, exclusive=False)
+    add_model_options(p, exclusive=False, target_required=False)  # not with --from-json
     p.add_argument(
         "--suite",
         default="default",
@@ -76,6 +76,21 @@ def register(sub) -> None:
     )
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also draw the report as SVG here: the cost curve T(k)/T(1) beside its direct measurement, "
+        "and the speed-up by prompt and mode",
+    )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="run nothing: print and draw (--plot) a report an earlier --json wrote",
+    )
     p.set_defaults(func=cmd_bench)
 
 
@@ -95,6 +110,11 @@ def cmd_bench(args) -> int:
     problem = check_bench_flags(args)
     if problem:
         print(problem, file=sys.stderr)
+        return 2
+    if args.from_json:
+        return replot(args)
+    if not args.target:
+        print("error: the bench needs --target (or --from-json FILE, to draw an earlier report)", file=sys.stderr)
         return 2
 
     try:
@@ -173,14 +193,36 @@ def cmd_cold(args, suite: dict) -> int:
 
 def write_report(args, rep: dict, markdown) -> int:
     """The report as --json asks (first: the measurements survive whatever happens below), then
-    as Markdown, printed and as --markdown asks."""
+    as Markdown, printed and as --markdown asks, then drawn as --plot asks."""
     if args.json:
         args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
     md = markdown(rep)
     print(md)
     if args.markdown:
         args.markdown.write_text(md)
+    if args.plot:
+        from ..bench.plot import write_plots
+
+        args.plot.mkdir(parents=True, exist_ok=True)
+        for path in write_plots(rep, args.plot):
+            print(f"drew {path}")
     return 0
+
+
+def replot(args) -> int:
+    """A report an earlier ``--json`` wrote, printed and drawn again without running anything."""
+    from ..bench import cold, report
+
+    try:
+        rep = json.loads(args.from_json.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        print(f"error: --from-json {args.from_json}: cannot read a report there ({e})", file=sys.stderr)
+        return 2
+    if not isinstance(rep, dict) or "rows" not in rep:
+        print(f"error: --from-json {args.from_json}: not a report of `localspec bench --json`", file=sys.stderr)
+        return 2
+    args.json = None  # it is already on disk
+    return write_report(args, rep, cold.cold_markdown if rep.get("cold") else report.markdown)
 
 
 def cold_base(args, max_tokens: int) -> list[str]:

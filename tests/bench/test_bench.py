@@ -164,6 +164,32 @@ class TestSweep:
             md.read_text()
         )
 
+    def test_plots_are_drawn_after_a_run_and_again_from_its_json(self, tiny_pair, tmp_path, capsys):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
+        out, first, again = tmp_path / "r.json", tmp_path / "plots", tmp_path / "again"
+        args = ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--threads", "1"]
+        assert main([*args, "--ctx", "512", "--suite", str(suite), "--json", str(out), "--plot", str(first)]) == 0
+        printed = capsys.readouterr().out
+        drawn = sorted(p.name for p in first.glob("*.svg"))
+        assert drawn == [f"{tiny_pair[0].stem}-curve.svg", f"{tiny_pair[0].stem}-speedup.svg"]
+        assert main(["bench", "--from-json", str(out), "--plot", str(again)]) == 0
+        replayed = capsys.readouterr().out
+        tables = replayed.split("\ndrew ")[0].strip()
+        assert tables and tables in printed  # the same tables as the run printed
+        assert [(again / n).read_text() for n in drawn] == [(first / n).read_text() for n in drawn]
+
+    @pytest.mark.parametrize("content", ["not json", "[1, 2]", '{"no": "rows"}'])
+    def test_from_json_refuses_what_is_not_a_report(self, tmp_path, capsys, content):
+        bad = tmp_path / "bad.json"
+        bad.write_text(content)
+        assert main(["bench", "--from-json", str(bad)]) == 2
+        assert f"--from-json {bad}" in capsys.readouterr().err
+
+    def test_the_bench_needs_a_target_or_a_report(self, capsys):
+        assert main(["bench"]) == 2
+        assert "--target" in capsys.readouterr().err
+
     def test_sweep_needs_a_draft_model(self, tiny_pair, capsys):
         assert main(["bench", "--target", str(tiny_pair[0]), "--lookup", "--sweep"]) == 2
         assert "--sweep" in capsys.readouterr().err
