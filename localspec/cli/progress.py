@@ -13,6 +13,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -25,9 +26,13 @@ from ..units import human_bytes_si, minutes_seconds
 PLAIN_EVERY_S = 2.0  # piped: a line every 2 s at most (and at the end) keeps logs short
 
 
-def _console(stream: TextIO) -> Console | None:
-    """A rich console for a terminal; None when the stream is not one."""
-    return Console(file=stream) if stream.isatty() else None
+def _bars(stream: TextIO, *columns: ProgressColumn, transient: bool = False) -> Progress | None:
+    """Rich progress bars (a label, a bar, then ``columns``) for a terminal; None when the
+    stream is not one (the callers then print plain lines)."""
+    if not stream.isatty():
+        return None
+    console = Console(file=stream)
+    return Progress(TextColumn("{task.description}"), BarColumn(), *columns, console=console, transient=transient)
 
 
 class StepProgress:
@@ -35,19 +40,7 @@ class StepProgress:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
-        console = _console(self.stream)
-        self._rich: Progress | None = (
-            None
-            if console is None
-            else Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=False,
-            )
-        )
+        self._rich = _bars(self.stream, MofNCompleteColumn(), TimeElapsedColumn())
         self._task: TaskID | None = None
 
     def __call__(self, done: int, total: int, label: str) -> None:
@@ -67,19 +60,7 @@ class ByteProgress:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
-        console = _console(self.stream)
-        self._rich: Progress | None = (
-            None
-            if console is None
-            else Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                DownloadColumn(),
-                TransferSpeedColumn(),
-                TimeRemainingColumn(),
-                console=console,
-            )
-        )
+        self._rich = _bars(self.stream, DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
         self._tasks: dict[str, TaskID] = {}
         self._last = 0.0
 
