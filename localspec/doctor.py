@@ -48,7 +48,7 @@ class Facts:
     ram_available_bytes: int | None
     n_ctx: int
     pairs: tuple[PairFacts, ...]
-    build: dict = field(default_factory=dict)  # llama_backend.build_info()
+    build: dict = field(default_factory=dict)  # llama.backend.build_info()
     devices_note: str | None = None  # why the device list is empty or partial
     python: str = ""
     versions: dict = field(default_factory=dict)  # distribution -> version (None: missing)

@@ -48,7 +48,7 @@ LEVEL_WINDOW = 5  # recent verifies that decide the machine's speed: a change sh
 # noise of a few per cent must not make sizes not in use jitter. The level is the median of the
 # recent verifies' log ratio to their size's reference time, not a sum of shifts: a sum
 # ratchets, since bursts of load come and go and the way back can fall inside the dead band
-# (docs/benchmarks.md has the run that showed it).
+# (docs/design.md, "Why each constant has its value").
 LEVEL_DEADBAND = 0.05
 CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (k + 1 <= 64)
 DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)

@@ -256,7 +256,7 @@ class PromptLookupDrafter(DrafterBase):
     name = "lookup"
 
     # Tuning choice: a 1-gram match is mostly a coincidence; 2-4 grams carry the context of an
-    # edit or a quote (docs/benchmarks.md has the prompts that showed it). With measured
+    # edit or a quote (docs/design.md, "Why each constant has its value"). With measured
     # ``costs`` a LookupGate decides how much of each match to propose from what matches of its
     # length have earned.
     def __init__(

@@ -7,7 +7,7 @@ from __future__ import annotations
 # Tuning choices, each with its reason:
 DECAY = 0.95  # verdicts fade, so text of a new kind (prose after code) shows within ~20 steps
 # An untried pair starts in the middle of what same-family pairs agree on at greedy: from about
-# 0.67 on chat to 0.96 on edits of given code (docs/benchmarks.md).
+# 0.67 on chat to 0.96 on edits of given code (docs/design.md).
 PRIOR_ALPHA = 0.75
 # The prior weighs this many verdicts, so one rejected draft moves 0.75 to 0.71, not (at a
 # weight of 4) to 0.59, where two more switch drafting off. A pair's profile replaces the

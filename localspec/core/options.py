@@ -41,8 +41,8 @@ MIN_CTX = 256
 CTX_HINT = "llama.cpp allocates at least 256 tokens of context whatever is asked"
 MAX_CTX = 1_048_576  # 2^20: far beyond any model's trained context; a typo, not a request
 # The longest draft per step. A verify evaluates k + 1 rows with logits in one llama_decode,
-# and llama_backend reserves 64 rows per context (MAX_LOGIT_ROWS); 32 is past the point where
-# a longer draft pays on any hardware we measured (docs/benchmarks.md).
+# and llama/backend.py reserves 64 rows per context (MAX_LOGIT_ROWS); 32 is past the point where
+# a longer draft pays on any hardware we measured (docs/design.md).
 MAX_DRAFT = 32
 # More threads than any machine we know; more than this machine's CPUs are lowered to its
 # CPUs at load (clamp_threads), so the bound only catches typos.
@@ -53,7 +53,7 @@ UINT64_MAX = 2**64 - 1
 # Tuning choice: no confidence floor by default. With measured costs the marginal rule ends a
 # draft where the next token stops paying, from the draft's calibrated confidence; a floor of
 # 0.75 (llama.cpp's default) on top of it cut drafts short: side by side on the F16 target
-# here the rule alone was 5-18 % faster on code, edit and prose (docs/benchmarks.md). With
+# here the rule alone was 5-18 % faster on code, edit and prose (docs/design.md). With
 # --no-adapt a draft then runs to --draft-max; --p-min sets a floor in either mode.
 DEFAULT_P_MIN = 0.0
 

@@ -13,7 +13,7 @@ from .costs import CostModel, speeds
 # A draft may run past the controller's k (up to its draft_max) while every token's raw confidence
 # is at least this: Leviathan's k assumes every token is accepted at the mean rate, which a run
 # of near-certain tokens (code the draft has seen many times) beats. Replays of recorded
-# replies put 0.9-0.98 within noise of each other; 0.95 was the steadiest (docs/benchmarks.md).
+# replies put 0.9-0.98 within noise of each other; 0.95 was the steadiest (docs/design.md).
 SURE = 0.95
 # A proposal must promise this much over proposing nothing: the cost model leaves out a step's
 # Python work and a copy's bookkeeping, a few per cent together.

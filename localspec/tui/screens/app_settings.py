@@ -7,11 +7,10 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Input, Label, Select, Static, Switch
+from textual.widgets import Input, Label, Select, Static, Switch
 
 from ...core import options
 from .form import FieldError, OptionForm
@@ -81,20 +80,9 @@ class SettingsScreen(OptionForm[Any]):
                 if key in SETTING_OPTIONS:
                     yield FieldError(id=f"e-{_input_id(key)}")
                 yield Static(Text(field.description or "" if field else ""), classes="field-help")
-            yield Static("", id="settings-error")
-            yield Button("Save", variant="primary", id="save")
+            yield from self.save_row()
 
-    @on(Button.Pressed, "#save")
-    def action_save(self) -> None:
-        from pydantic import ValidationError
-
-        from ...settings import describe_validation_error
-
-        error = self.query_one("#settings-error", Static)
-        checked, refused = self._read_fields()
-        if refused:
-            error.update(self.refused_message(refused))
-            return
+    def save(self, checked: dict[str, Any]) -> None:
         data = self.settings.model_dump(mode="json")
         for key in APP_SETTING_KEYS:
             widget: Any = self.query_one(f"#{_input_id(key)}")  # an Input, a Switch or a Select
@@ -108,9 +96,6 @@ class SettingsScreen(OptionForm[Any]):
             for p in parents:
                 target = target[p]
             target[last] = value
-        try:
-            settings = type(self.settings).model_validate(data)
-        except ValidationError as e:
-            error.update(Text(describe_validation_error(e), style="red"))
-            return
-        self.dismiss(settings)
+        settings = self.validated(type(self.settings), data)
+        if settings is not None:
+            self.dismiss(settings)

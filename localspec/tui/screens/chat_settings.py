@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
-from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Button, Input, Label, Select, Static, TextArea
+from textual.widgets import Input, Label, Select, Static, TextArea
 
 from ...core import options
 from .form import FieldError, OptionForm
@@ -52,25 +52,13 @@ class ChatSettingsScreen(OptionForm[dict | None]):
             with Horizontal(classes="field-row"):
                 yield Label("drafting", classes="field-label")
                 yield Select([(m, m) for m in self.modes], value=self.mode, allow_blank=False, id="s-mode")
-            yield Static("", id="settings-error")
-            yield Button("Save", variant="primary", id="save")
+            yield from self.save_row()
 
-    @on(Button.Pressed, "#save")
-    def action_save(self) -> None:
-        from pydantic import ValidationError
-
-        from ...settings import describe_validation_error
-
-        error = self.query_one("#settings-error", Static)
-        values, refused = self._read_fields()
-        if refused:
-            error.update(self.refused_message(refused))
-            return
+    def save(self, values: dict[str, Any]) -> None:
         raw = {name: values[f"s-{name}"] for name in SAMPLING_FIELDS}
-        try:  # the fields above are valid; this checks what the chat stored besides them
-            params = options.SamplingParams.model_validate({**self.sampling, **raw})
-        except ValidationError as e:
-            error.update(Text(describe_validation_error(e), style="red"))
+        # the fields above are valid; this checks what the chat stored besides them
+        params = self.validated(options.SamplingParams, {**self.sampling, **raw})
+        if params is None:
             return
         self.dismiss(
             {

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
 from textual.screen import ModalScreen
-from textual.widgets import Input, Static
+from textual.widgets import Button, Input, Static
 
 from ...core import options
 
 ResultType = TypeVar("ResultType")
+ModelType = TypeVar("ModelType", bound=BaseModel)
 
 
 class FieldError(Static):
@@ -70,3 +74,38 @@ class OptionForm(ModalScreen[ResultType]):
 
     def refused_message(self, refused: list[str]) -> Text:
         return Text(f"not saved: {', '.join(refused)} out of range (see beside each)", style="red")
+
+    def save_row(self) -> ComposeResult:
+        """Where a refusal is shown, and the Save button (``action_save``)."""
+        yield Static("", id="settings-error")
+        yield Button("Save", variant="primary", id="save")
+
+    @on(Button.Pressed, "#save")
+    def action_save(self) -> None:
+        values = self.checked_fields()
+        if values is not None:
+            self.save(values)
+
+    def save(self, values: dict[str, Any]) -> None:
+        """Dismiss with what the form holds: ``values`` are its checked fields, by input id."""
+        raise NotImplementedError
+
+    def checked_fields(self) -> dict[str, Any] | None:
+        """Each field's value by input id, or None once the form says what it refused."""
+        values, refused = self._read_fields()
+        if refused:
+            self.query_one("#settings-error", Static).update(self.refused_message(refused))
+            return None
+        return values
+
+    def validated(self, model: type[ModelType], data: dict) -> ModelType | None:
+        """``model`` from ``data``, or None once the form shows pydantic's refusal."""
+        from pydantic import ValidationError
+
+        from ...settings import describe_validation_error
+
+        try:
+            return model.model_validate(data)
+        except ValidationError as e:
+            self.query_one("#settings-error", Static).update(Text(describe_validation_error(e), style="red"))
+            return None
