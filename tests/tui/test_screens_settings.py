@@ -35,6 +35,16 @@ class TestSettings:
         saved, warning = load_settings()
         assert warning is None and (saved.n_ctx, saved.draft.draft_max) == (8192, 8)
 
+    async def test_the_save_button_saves(self):
+        """The Save button's handler is the form's (OptionForm.action_save), inherited."""
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_settings(app, pilot)
+            screen.query_one("#k-draft-draft_max").value = "6"
+            screen.query_one("#save").press()
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ChatScreen")
+        assert load_settings()[0].draft.draft_max == 6
+
     async def test_settings_fields_refuse_out_of_range_values_beside_the_field(self, monkeypatch):
         """Issue 12: each option field is checked as it is typed, in localspec.core.options' words."""
         from localspec.core import options
