@@ -1,13 +1,13 @@
 """Replay the suite's greedy replies to compare drafting policies without timing noise.
 
     .venv/bin/python scripts/replay_policy.py record --target models/qwen2.5-coder-1.5b-f16.gguf \\
-        --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96]
+        --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96] [--suite heldout]
     .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
         [--cold [--no-profile]] [--set controller.OPENING_STEPS=0]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
-and keeps, per prompt of the default suite, the prompt's tokens and the target's greedy reply.
+and keeps, per prompt of the suite (default: the default one), the prompt's tokens and the target's greedy reply.
 ``replay`` runs the real engine, controller and drafters on them: the target is the recorded
 reply (greedy: a verify keeps exactly the draft tokens that agree with it), the draft is the
 real draft model (its rows memoised next to the recording, so a second replay runs in
@@ -132,7 +132,7 @@ def record(args) -> None:
         "read": session.costs.draft.read(100) / 100,
         "prompts": [],
     }
-    for prompt in suites.load_suite("default")["prompts"]:
+    for prompt in suites.load_suite(args.suite)["prompts"]:
         session.reset()
         messages = [{"role": "user", "content": prompt["prompt"]}]
         ids = session.fit(messages, args.max_tokens)[0]
@@ -238,6 +238,7 @@ def main() -> None:
     rec.add_argument("--draft", required=True)
     rec.add_argument("--out", required=True)
     rec.add_argument("--max-tokens", type=int, default=96)
+    rec.add_argument("--suite", default="default", help="the suite to record: default, heldout or a JSON file")
     rep = sub.add_parser("replay")
     rep.add_argument("recording")
     rep.add_argument("--draft", required=True)
