@@ -47,7 +47,7 @@ def layer(path: Path) -> str:
 
 def imported(path: Path) -> list[tuple[str, list[str]]]:
     """(absolute module, names) of each import in ``path``, relative ones resolved."""
-    here = ["localspec", *path.relative_to(PACKAGE).with_suffix("").parts]
+    here = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)  # localspec.x.y, tests.x.y
     package = here[:-1]  # a package's __init__ is in the package too
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -164,7 +164,7 @@ def test_no_private_attribute_of_an_imported_module_is_read():
 def test_tests_import_no_other_test_module_and_touch_no_sys_path():
     offenders = []
     for p in sorted(TESTS.rglob("*.py")):
-        for module, names in imported_anywhere(p):
+        for module, names in imported(p):
             if module.split(".")[-1].startswith("test_") or any(n.startswith("test_") for n in names):
                 offenders.append(f"{p.relative_to(TESTS)}: {module}")
         offenders += [f"{p.relative_to(TESTS)}:{line}: sys.path" for line in sys_path_changes(p)]
@@ -181,16 +181,6 @@ def sys_path_changes(path: Path) -> list[int]:
         and node.func.attr in ("insert", "append", "extend")
         and ast.unparse(node.func.value) == "sys.path"
     ]
-
-
-def imported_anywhere(path: Path) -> list[tuple[str, list[str]]]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom):
-            found.append(("." * node.level + (node.module or ""), [a.name for a in node.names]))
-        elif isinstance(node, ast.Import):
-            found.extend((a.name, []) for a in node.names)
-    return found
 
 
 def test_the_tests_mirror_the_packages():
