@@ -105,6 +105,17 @@ def test_the_core_models_and_chat_print_nothing(name):
     assert prints == []
 
 
+def test_only_the_llama_adapter_imports_llama_cpp():
+    outside = [
+        f"{p.relative_to(PACKAGE)}: {m}"
+        for p in modules()
+        if layer(p) != "llama"
+        for m, _ in imported(p)
+        if m.split(".")[0] == "llama_cpp"
+    ]
+    assert outside == []
+
+
 def test_a_few_modules_at_the_top_and_the_rest_in_packages():
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= TOP_MODULES, top

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..core.costs import CostModel, speeds
+from ..core.modes import MODEL_MODES
 from .measure import COST_SIZES, WarmRun, first_divergence
 from .modes import CONTROL, fixed_mode, parse_fixed, split_mode
 
@@ -40,12 +41,15 @@ class Row:
     runs_tokens_per_second: tuple[float, ...] = ()  # every repeat, in the order they ran
 
 
+PREDICTED_AT = (0.6, 0.7, 0.8)  # acceptance rates the report predicts the speed-up at
+
+
 def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, draft_max: int = 16) -> float | None:
     """Best expected speed-up over k (Leviathan et al. eq. with T(k+1) measured)."""
     mode = split_mode(mode)[0]
     if alpha is None or mode == "none":
         return None
-    t_draft = costs.t_draft if mode == "draft" or parse_fixed(mode) else 0.0
+    t_draft = costs.t_draft if mode in MODEL_MODES or parse_fixed(mode) else 0.0
     rates = speeds(costs, alpha, draft_max, t_draft=t_draft)
     return float(rates.max() / rates[0])
 
@@ -73,28 +77,29 @@ def curve_comparison(engine: CostModel, direct: CostModel) -> dict:
 
 
 def sweep_summary(collected) -> list[dict]:
-    """Per prompt: auto (draft mode) beside the best fixed configuration, and auto's spread."""
+    """Per prompt: auto (draft or MTP mode) beside the best fixed configuration, and auto's spread."""
     out = []
     for prompt, temp, runs in collected:
-        if "draft" not in runs:
+        auto_mode = next((m for m in MODEL_MODES if m in runs), None)
+        if auto_mode is None:
             continue
         med = {m: statistics.median(r.stats["tokens_per_second"] for r in rs) for m, rs in runs.items() if rs}
         fixed = {m: v for m, v in med.items() if parse_fixed(m)}
         if not fixed:
             continue
         best = max(fixed, key=lambda m: fixed[m])
-        auto = [r.stats["tokens_per_second"] for r in runs["draft"]]
+        auto = [r.stats["tokens_per_second"] for r in runs[auto_mode]]
         base = med.get("none")
         out.append(
             {
                 "prompt_id": prompt["id"],
                 "temperature": temp,
-                "auto_tps": med["draft"],
+                "auto_tps": med[auto_mode],
                 "best_fixed": best,
                 "best_fixed_tps": fixed[best],
-                "auto_over_best_fixed": med["draft"] / fixed[best],
+                "auto_over_best_fixed": med[auto_mode] / fixed[best],
                 "auto_spread": max(auto) / min(auto) if min(auto) > 0 else None,
-                "auto_speedup": med["draft"] / base if base else None,
+                "auto_speedup": med[auto_mode] / base if base else None,
                 "best_fixed_speedup": fixed[best] / base if base else None,
                 "fixed_k4_p075_tps": fixed.get(fixed_mode(4, 0.75)),
             }
@@ -186,7 +191,7 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
         "memory": memory_report(session),
         "offload": session.offload.summary if session.offload else None,
         "target": str(session.spec.target),
-        "draft": str(session.spec.draft) if session.spec.draft else None,
+        "draft": str(session.spec.draft) if session.spec.draft else ("MTP" if session.spec.mtp else None),
         "suite": suite.get("name", "custom"),
         "max_tokens": suite.get("max_tokens"),
         "repeats": repeats,
@@ -194,6 +199,11 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
             "verify_seconds": {str(k): costs.T(k) for k in COST_SIZES},
             "verify_ratio": {str(k): costs.T(k) / t1 for k in COST_SIZES},
             "draft_seconds_per_token": costs.t_draft or None,
+            "draft_pass_over_t1": costs.t_draft / t1 if costs.t_draft else None,
+            # Leviathan et al.'s best speed-up with these costs, were the draft accepted this often
+            "predicted_at_acceptance": {str(a): predicted_speedup(costs, a, "draft") for a in PREDICTED_AT}
+            if costs.t_draft
+            else None,
         },
         "summary": summary,
         "rows": [asdict(r) for r in rows],
@@ -212,6 +222,8 @@ def memory_report(session) -> dict:
         rss = None
     need = 0
     for m in filter(None, (session.target, session.draft)):
+        if m.path == session.target.path and m is not session.target:
+            continue  # the target's own MTP layers: in its file already
         info = ggufinfo.read_info(m.path)
         need += info.size_bytes + info.kv_bytes_per_token * m.n_ctx
     return {"rss_bytes": rss, "files_plus_kv_bytes": need, "rss_over_need": (rss / need) if rss and need else None}
@@ -247,13 +259,20 @@ def markdown(rep: dict) -> str:
             f"| {key} | {f(s['median_tokens_per_second'], 1)} | {f(s['median_speedup'])} | "
             f"{f(s['min_speedup'])} | {cats} |"
         )
-    curve = rep["cost_curve"]["verify_ratio"]
+    cost = rep["cost_curve"]
+    drafter = "MTP pass" if rep.get("draft") == "MTP" else "Draft pass"
     lines += [
         "",
-        "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in curve.items()),
-        f"Draft pass: {f(rep['cost_curve']['draft_seconds_per_token'], 4)} s/token; "
-        f"T(1) = {rep['cost_curve']['verify_seconds']['1']:.4f} s",
+        "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in cost["verify_ratio"].items()),
+        f"{drafter}: {f(cost['draft_seconds_per_token'], 4)} s/token"
+        + (f" ({cost['draft_pass_over_t1']:.2f} of T(1))" if cost.get("draft_pass_over_t1") else "")
+        + f"; T(1) = {cost['verify_seconds']['1']:.4f} s",
     ]
+    if cost.get("predicted_at_acceptance"):
+        lines.append(
+            "Predicted speed-up with these costs at acceptance "
+            + ", ".join(f"{a}: {v:.2f}×" for a, v in cost["predicted_at_acceptance"].items())
+        )
     lines += control_markdown(rep["summary"].get(f"{CONTROL}@0.0"))
     lines += curve_markdown(rep.get("engine_curve"))
     lines += sweep_markdown(rep.get("sweep"))

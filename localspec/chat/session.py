@@ -28,9 +28,9 @@ from ..core.options import DraftOptions, ModelOptions, values
 from ..core.sampling import SamplingParams
 from ..llama.compat import Compatibility, check_compatible
 from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
-from ..models.profiles import ProfileStore, Use, machine_id, model_key
+from ..models.profiles import MTP_KEY, ProfileStore, Use, machine_id, model_key
 
-Mode = Literal["draft", "lookup", "none"]
+Mode = Literal["draft", "mtp", "lookup", "none"]
 
 
 class IncompatiblePair(Exception):
@@ -48,10 +48,18 @@ class PairSpec:
     target: Path
     draft: Path | None = None
     lookup: bool = False
+    mtp: bool = False  # the target drafts with its own next-token-prediction layers (llama/mtp.py)
 
     @property
     def mode(self) -> Mode:
-        return "draft" if self.draft else "lookup" if self.lookup else "none"
+        return "draft" if self.draft else "mtp" if self.mtp else "lookup" if self.lookup else "none"
+
+    @property
+    def drafter(self) -> str:
+        """What drafts, in words: the draft file, the target's MTP layers, or none."""
+        if self.draft:
+            return Path(self.draft).name
+        return "MTP layers (built into the model)" if self.mtp else self.mode
 
 
 class LoadOptions(ModelOptions, DraftOptions):
@@ -152,22 +160,21 @@ class Session:
         preflight.check_model_files(files, options.n_ctx, [plan.target_layers, plan.draft_layers][: len(files)])
         say(plan.summary)
         say(f"loading target {spec.target.name}")
-        target = backend.LlamaModel.load(spec.target, options.n_ctx, options.threads, plan.target_layers)
+        # a hybrid target (Qwen3.5's delta-net layers) keeps states to roll back a whole draft
+        target = backend.LlamaModel.load(
+            spec.target, options.n_ctx, options.threads, plan.target_layers, snapshots=options.draft_max, mtp=spec.mtp
+        )
         if check_target is not None:  # e.g. the prompt fits: say so before the draft loads
             try:
                 check_target(target)
             except BaseException:
                 target.close()
                 raise
-        draft = compat = None
-        if spec.draft:
-            say(f"loading draft {spec.draft.name}")
-            draft = backend.LlamaModel.load(spec.draft, options.n_ctx, options.threads, plan.draft_layers)
-            compat = check_compatible(target.vocab_info(), draft.vocab_info())
-            if not compat.ok:
-                draft.close()
-                target.close()
-                raise IncompatiblePair(compat)
+        try:
+            draft, compat = _load_drafter(spec, target, options, plan, say)
+        except BaseException:
+            target.close()
+            raise
         say("measuring verify costs on this machine")
         build = backend.build_info()
         machine = machine_id(f"{build.get('llama_cpp_python')}|{build.get('system_info')}")
@@ -255,13 +262,16 @@ class Session:
 
     def _draft_history(self) -> list[float]:
         """The draft passes earlier loads of this pair measured here (the profile's history)."""
-        if self.profiles is None or self.spec.draft is None:
+        if self.profiles is None or self.draft is None:
             return []
         profile = self.profiles.get(self._draft_key())
         return profile.draft_pass_history if profile else []
 
     def _draft_key(self) -> str:
+        """The draft's profile: its file's, or for the target's MTP layers the target's marked so."""
         plan = self.offload
+        if self.spec.mtp:
+            return MTP_KEY + self._target_key()
         assert self.spec.draft is not None
         return model_key(self.spec.draft, self.machine, self.options.threads, plan.draft_layers if plan else None)
 
@@ -367,9 +377,10 @@ class Session:
             amend = self._saved
             verify = self.costs.verify.points()
             self.profiles.update(self._target_key(), self.spec.target, verify=verify, use=self._use, amend=amend)
-            if self.spec.draft and self.costs.t_draft:
+            if self.draft is not None and self.costs.t_draft:
                 own = self.costs.draft.own_seconds  # this load's, not the history it was seeded with
-                self.profiles.update(self._draft_key(), self.spec.draft, draft_pass=own, amend=amend)
+                path = self.spec.draft or self.spec.target
+                self.profiles.update(self._draft_key(), path, draft_pass=own, amend=amend)
             self._use, self._saved = {}, True
         except OSError:
             pass  # a profile is a convenience: a read-only data dir must not stop a chat
@@ -379,6 +390,31 @@ class Session:
         for m in (self.draft, self.target):
             if m is not None:
                 m.close()
+
+
+def _load_drafter(spec: PairSpec, target, options: LoadOptions, plan: OffloadPlan, say):
+    """(the draft model, its compatibility with the target): the target's own MTP layers, a
+    Gemma 4 assistant (which reads the target's states and cache), a draft file, or none."""
+    from ..llama import backend, ggufinfo
+
+    if spec.mtp:
+        from ..llama.mtp import MtpModel
+
+        say("creating the MTP draft context (the target's own layers)")
+        return MtpModel(target), None
+    if not spec.draft:
+        return None, None
+    say(f"loading draft {spec.draft.name}")
+    if ggufinfo.read_info(spec.draft).arch == "gemma4-assistant":
+        from ..llama.assistant import AssistantModel
+
+        return AssistantModel(spec.draft, target, plan.draft_layers), None  # it checks the fit itself
+    draft = backend.LlamaModel.load(spec.draft, options.n_ctx, options.threads, plan.draft_layers)
+    compat = check_compatible(target.vocab_info(), draft.vocab_info())
+    if not compat.ok:
+        draft.close()
+        raise IncompatiblePair(compat)
+    return draft, compat
 
 
 def prompt_tokens(target, messages: Sequence[dict], raw: bool = False) -> list[int]:

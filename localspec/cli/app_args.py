@@ -14,6 +14,9 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--draft", help="draft GGUF for --target")
     group.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
+    group.add_argument(
+        "--mtp", action="store_true", help="draft with the target's own MTP layers (automatic when it has them)"
+    )
 
 
 def app_spec(args: argparse.Namespace):
@@ -23,8 +26,9 @@ def app_spec(args: argparse.Namespace):
 
     if getattr(args, "draft", None) and not getattr(args, "target", None):
         raise SystemExit("localspec: --draft needs --target")
-    if getattr(args, "lookup", False) and not getattr(args, "target", None):
-        raise SystemExit("localspec: --lookup needs --target")
+    for flag in ("lookup", "mtp"):
+        if getattr(args, flag, False) and not getattr(args, "target", None):
+            raise SystemExit(f"localspec: --{flag} needs --target")
     if not getattr(args, "target", None):
         return None
     target = Path(args.target).expanduser()
@@ -33,7 +37,8 @@ def app_spec(args: argparse.Namespace):
         not_file = ggufinfo.not_a_file(p) if p is not None else None
         if not_file:
             raise SystemExit(f"localspec: {p}: {not_file}")
-    return PairSpec(target, draft, bool(args.lookup))
+    mtp = bool(getattr(args, "mtp", False)) or (not draft and not args.lookup and ggufinfo.nextn_layers(target) > 0)
+    return PairSpec(target, draft, bool(args.lookup), mtp=mtp)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from ..core import options
 from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
 from . import flags
 from .progress import StepProgress
-from .run import add_model_options, load_session
+from .run import add_model_options, load_session, wants_mtp
 
 
 def register(sub) -> None:
@@ -135,7 +135,8 @@ def cmd_bench(args) -> int:
     if args.cold:
         return cmd_cold(args, suite)
     repeats = args.repeats or 1
-    modes = ["none"] + (["draft"] if args.draft else []) + (["lookup"] if args.lookup else [])
+    args.mtp = wants_mtp(args)  # (a target with MTP layers and no --draft drafts with them)
+    modes = ["none"] + (["draft"] if args.draft else ["mtp"] if args.mtp else []) + (["lookup"] if args.lookup else [])
     bad = [o for o in args.oracle if not re.fullmatch(r"(100|[1-9]?[0-9])(/([1-9]|[1-5][0-9]|6[0-3]))?", o)]
     if bad:
         print(
@@ -146,8 +147,11 @@ def cmd_bench(args) -> int:
         return 2
     modes += [f"oracle-{o}" for o in args.oracle]
     if args.sweep:
-        if not args.draft:
-            print("error: --sweep compares fixed draft configurations with auto mode: give --draft", file=sys.stderr)
+        if not (args.draft or args.mtp):
+            print(
+                "error: --sweep compares fixed draft configurations with auto mode: give --draft or --mtp",
+                file=sys.stderr,
+            )
             return 2
         modes += bench_modes.sweep_modes()
     if args.compare_rules:

@@ -53,6 +53,11 @@ def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True, target
     p.add_argument("--target", required=target_required, type=Path, help="target GGUF file")
     mode = p.add_mutually_exclusive_group() if exclusive else p
     mode.add_argument("--draft", type=Path, help="draft GGUF (same tokenizer as the target)")
+    mode.add_argument(
+        "--mtp",
+        action="store_true",
+        help="draft with the target's own MTP layers (the default when its GGUF has them and no mode is given)",
+    )
     mode.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
     mode.add_argument("--no-draft", action="store_true", help="the target alone (baseline)")
     for group in LOAD_GROUPS:
@@ -89,8 +94,20 @@ def sampling_from(args) -> SamplingParams:
 
 
 def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
-    spec = PairSpec(args.target, args.draft, lookup=args.lookup)
+    spec = PairSpec(args.target, args.draft, lookup=args.lookup, mtp=wants_mtp(args))
     return spec, load_options(flags.from_args(ModelOptions, args), flags.from_args(DraftOptions, args))
+
+
+def wants_mtp(args) -> bool:
+    """--mtp, or no drafting mode given and a target whose GGUF carries MTP layers: it drafts
+    for itself, as Ollama and llama.cpp's server do with such a file."""
+    if getattr(args, "mtp", False):
+        return True
+    if args.draft or args.lookup or getattr(args, "no_draft", False) or args.target is None:
+        return False
+    from ..llama.ggufinfo import nextn_layers
+
+    return nextn_layers(args.target) > 0
 
 
 def load_session(args, messages: list[dict] | None = None) -> Session:

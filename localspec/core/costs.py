@@ -373,6 +373,7 @@ def time_sizes(
         model.truncate(0)
         if prefix:
             model.evaluate(tokens[:prefix], 1)
+        model.checkpoint()  # each round is rolled back to the prefix
         for r in range(warmup + repeats):
             for n in sizes:
                 t0 = clock()

@@ -138,6 +138,7 @@ class ModelDrafter(DrafterBase):
         n = len(self.model.cached)
         if not context or n >= self.model.n_ctx:
             return None
+        self.model.checkpoint()  # a recurrent draft model rolls the pass back from here
         t0 = _costs.clock()
         self.model.evaluate(context[-1:], 1)
         seconds = _costs.clock() - t0
@@ -190,6 +191,8 @@ class ModelDrafter(DrafterBase):
                 qs.append(q)
             if len(ids) == (rule.draft_max_now if rule else k) or (rule and not rule.another_pass(top_p)):
                 break
+            if n_evals == 1:  # the passes after this one are rolled back after the verify
+                self.model.checkpoint()
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         q_draft = tuple(qs) if not params.greedy else None
@@ -200,6 +203,7 @@ class ModelDrafter(DrafterBase):
         a prompt the draft's context cannot hold is left alone (then it drafts nothing)."""
         if len(context) < self.model.n_ctx:
             self.model.sync(context[:-1])
+            self.model.checkpoint(lasting=True)  # a recurrent draft model regenerates from here
 
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.model.cached, context)

@@ -89,6 +89,7 @@ class SpeculativeEngine:
         stream = TextStream(stop)
         t0 = _costs.clock()
         self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
+        self.target.checkpoint(lasting=True)  # a recurrent target regenerates without a prefill
         self.controller.begin_reply()
         if self.controller.recheck_draft():  # a verdict of "never here" that rests on the draft pass
             self.controller.costs.observe_draft(1, self.drafter.time_pass(context) or 0.0)
@@ -120,6 +121,7 @@ class SpeculativeEngine:
         drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
         pad = _padding(context, drafted, choice.measure, room)
         batch = context + list(drafted) + pad
+        self._prepare_rollback(len(drafted) + len(pad))
         rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad), known=self._known(context))  # verify
         assert rows is not None  # sync returns the rows asked for
         rows = rows[: len(drafted) + 1]
@@ -155,6 +157,14 @@ class SpeculativeEngine:
             finish=finish,
             measured=len(pad) and len(drafted) + 1 + len(pad),
         )
+
+    def _prepare_rollback(self, n_droppable: int) -> None:
+        """The rollback after this verify drops up to every draft and padding token: a target
+        whose snapshots do not reach that far (a recurrent or hybrid cache) keeps a checkpoint
+        first, so a rejection costs the same however long the conversation is."""
+        depth = self.target.rollback_depth
+        if depth is not None and n_droppable > depth:
+            self.target.checkpoint()
 
     def _known(self, context: list[int]) -> int:
         """After the prefill and after every step the target's cache holds all of the context

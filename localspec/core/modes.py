@@ -142,11 +142,18 @@ def prompt_lookup(ctx: ModeContext) -> Drafting:
     return Drafting(controller, lambda reply: PromptLookupDrafter(gate=gate))
 
 
+# the modes that draft with a model (a draft file, or the target's own MTP layers): a draft
+# token costs that model's pass, and the rest is the same
+MODEL_MODES = ("draft", "mtp")
+
+
 def builtin_modes() -> ModeRegistry:
-    """A registry with the modes every session has."""
+    """A registry with the modes every session has. "mtp" is "draft" with the target's own
+    next-token-prediction layers as the draft model (the session's ``draft``)."""
     modes = ModeRegistry()
     modes.register("none", target_alone)
     modes.register("draft", draft_model)
+    modes.register("mtp", draft_model)
     modes.register("lookup", prompt_lookup)
     return modes
 

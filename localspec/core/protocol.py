@@ -23,6 +23,11 @@ class CachedModel(ABC):
 
     n_vocab: int
     n_ctx: int
+    # How many tokens of its latest evaluation ``truncate`` can drop without evaluating anything
+    # again: None for a KV cache, which drops any tail; a recurrent or hybrid model (Mamba,
+    # Qwen3.5's delta-net layers) keeps snapshots of its last few states, or none (0). Past
+    # that depth, a rollback restores the latest ``checkpoint`` and evaluates what follows it.
+    rollback_depth: int | None = None
 
     def __init__(self) -> None:
         self.cached: list[int] = []
@@ -36,6 +41,14 @@ class CachedModel(ABC):
     @abstractmethod
     def _remove(self, start: int) -> None:
         """Drop cache positions ``start..`` (all sequences of this model)."""
+
+    def checkpoint(self, lasting: bool = False) -> None:
+        """Keep the model's state here: a later ``truncate`` to this length, or past it, then
+        evaluates at most the tokens after it, however long the context. A KV cache needs
+        none (it does nothing); a recurrent state copies itself. A checkpoint is kept until
+        the next one, a ``lasting`` one (a reply's prompt, which regenerating comes back to)
+        until the next lasting one."""
+        return None  # a KV cache: nothing to keep
 
     @abstractmethod
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]: ...

@@ -18,11 +18,13 @@ from typing import Any
 
 import llama_cpp as L
 import numpy as np
+from llama_cpp import llama_cpp_ext as X
 
 from ..core.options import clamp_threads
 from ..core.protocol import CachedModel, ContextFull
 from .compat import VocabInfo
 from .offload import DEVICE_TYPES, Device
+from .recurrent import Rollback
 
 _VOCAB_TYPES = {
     L.LLAMA_VOCAB_TYPE_NONE: "none",
@@ -184,6 +186,10 @@ class LlamaModel(CachedModel):
 
     def __init__(self, path: Path, model, ctx, n_ctx: int) -> None:
         super().__init__()
+        recurrent = bool(L.llama_model_is_recurrent(model) or L.llama_model_is_hybrid(model))
+        # a recurrent state cannot drop a tail as KV cells do: see recurrent.py
+        self._rollback = Rollback(ctx, int(L.llama_n_rs_seq(ctx))) if recurrent else None
+        self.rollback_depth = self._rollback.snapshots if self._rollback else None
         self.path = Path(path)
         self.name = self.path.name
         self._model = model
@@ -199,6 +205,8 @@ class LlamaModel(CachedModel):
         self._batch = L.llama_batch_init(N_BATCH, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
+        self.n_nextn = int(L.llama_model_n_layer_nextn(model))  # next-token-prediction layers (MTP)
+        self.hidden: HiddenStates | None = None  # see keep_hidden
 
     @classmethod
     def load(
@@ -208,9 +216,14 @@ class LlamaModel(CachedModel):
         threads: int | None = None,
         gpu_layers: int | None = None,
         verbose: bool = False,
+        snapshots: int = 0,
+        mtp: bool = False,
     ) -> LlamaModel:
         """``n_ctx`` is capped at the model's trained context; ``threads`` at this machine's
-        CPUs (more make llama.cpp's workers spin-wait on each other)."""
+        CPUs (more make llama.cpp's workers spin-wait on each other). ``snapshots``: how many
+        tokens of one evaluation a recurrent or hybrid model keeps states for (the longest
+        draft a verify rolls back for free; llama.cpp's ``n_rs_seq``, 0 elsewhere). ``mtp``:
+        load the file's next-token-prediction layers too (``mtp.MtpModel`` drafts with them)."""
         path = Path(path)
         if not path.is_file():  # also a device or a FIFO, which llama.cpp would block on
             why = "no such file" if not path.exists() else "not a regular file"
@@ -218,14 +231,14 @@ class LlamaModel(CachedModel):
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be at least 1 (got {n_ctx})")
         _init_backend(verbose)
-        model = _load_model(path, gpu_layers)
+        model = load_model(path, gpu_layers, mtp)
         if L.llama_vocab_type(L.llama_model_get_vocab(model)) == L.LLAMA_VOCAB_TYPE_NONE:
             L.llama_model_free(model)  # tokenizing would abort in llama.cpp
             raise ModelLoadError(
                 f"{path}: the file has no tokenizer (vocabulary); localspec needs a model with its tokenizer"
             )
         n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
-        ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads))
+        ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads, snapshots))
         if not ctx:
             L.llama_model_free(model)
             raise ModelLoadError(f"{path}: could not create a context of {n_ctx} tokens (out of memory?)")
@@ -247,9 +260,12 @@ class LlamaModel(CachedModel):
             b.n_tokens = hi - lo
             rc = L.llama_decode(self._ctx, b)
             if rc != 0:
-                # a failed decode may leave part of the batch in the cache: drop it
-                L.llama_memory_seq_rm(self._mem, 0, start, -1)
+                self._forget_failed(start)
                 raise BackendError(f"{self.name}: llama_decode failed ({rc}) at position {start + lo}")
+            if self._rollback:
+                self._rollback.evaluated(start + lo, hi - lo)
+            if self.hidden is not None:
+                self.hidden.put(start + lo, X.llama_get_embeddings_nextn(self._ctx), hi - lo)
         return [self._logits(b.n_tokens - n_logits + j) for j in range(n_logits)]
 
     def _logits(self, row: int) -> np.ndarray:
@@ -278,16 +294,52 @@ class LlamaModel(CachedModel):
         if bad.size:
             raise BackendError(f"{self.name}: token id {int(bad[0])} is outside the vocabulary (0..{self.n_vocab - 1})")
 
+    def _forget_failed(self, start: int) -> None:
+        """A failed decode may leave part of its batch in the cache: drop it (a recurrent
+        state cannot, so it starts over and the next evaluation reads everything again)."""
+        if self._rollback is None and L.llama_memory_seq_rm(self._mem, 0, start, -1):
+            return
+        L.llama_memory_clear(self._mem, True)
+        if self._rollback:
+            self._rollback.dropped(0)
+        self.cached = []
+
     def _remove(self, start: int) -> None:
         start = max(0, start)  # p0 < 0 would mean "from the first position" to llama.cpp too
-        if not L.llama_memory_seq_rm(self._mem, 0, start, -1):
-            # recurrent/hybrid caches cannot drop a tail: start over from the kept tokens
-            kept = self.cached[:start]
+        rollback = self._rollback
+        if rollback is None or start == 0:  # a KV cache drops any tail; anything drops it all
+            L.llama_memory_seq_rm(self._mem, 0, start, -1)
+            if rollback:
+                rollback.dropped(0)
+            return
+        if rollback.by_snapshot(len(self.cached), start) and L.llama_memory_seq_rm(self._mem, 0, start, -1):
+            rollback.dropped(start)
+            return
+        kept = self.cached[:start]
+        checkpoint = rollback.latest(start)
+        rollback.dropped(start)
+        if checkpoint and rollback.restore(checkpoint, lambda n: L.llama_memory_seq_rm(self._mem, 0, n, -1)):
+            self.cached = kept[: checkpoint.n_tokens]
+        else:  # nothing to go back to: start over from the kept tokens
             L.llama_memory_clear(self._mem, True)
+            rollback.dropped(0)
+            rollback.prefills += 1
             self.cached = []
-            if kept:
-                self._decode(kept, 0, 1)
-                self.cached = kept
+        if len(kept) > len(self.cached):
+            self._decode(kept[len(self.cached) :], len(self.cached), 1)
+        self.cached = kept
+
+    def keep_hidden(self) -> HiddenStates:
+        """From now on keep every position's final hidden state (after the output norm), which
+        the MTP layer reads: llama.cpp hands it over for every token of an evaluation."""
+        if self.hidden is None:
+            X.llama_set_embeddings_nextn(self._ctx, True, False)
+            self.hidden = HiddenStates(int(L.llama_model_n_embd_out(self._model)))
+        return self.hidden
+
+    def checkpoint(self, lasting: bool = False) -> None:
+        if self._rollback:
+            self._rollback.save(len(self.cached), lasting)
 
     # --- tokens ------------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_bos: bool = True, special: bool = True) -> list[int]:
@@ -413,8 +465,29 @@ class LlamaModel(CachedModel):
 _MAX_TEXT_BYTES = 2**31 - 1
 
 
-def _load_model(path: Path, gpu_layers: int | None):
+class HiddenStates:
+    """A model's final hidden state at each position it evaluated (rows past its cache are
+    stale): what an MTP layer reads beside the next token."""
+
+    def __init__(self, n_embd: int) -> None:
+        self.n_embd = n_embd
+        self.rows = np.zeros((0, n_embd), dtype=np.float32)
+
+    def put(self, start: int, ptr, n: int) -> None:
+        if not ptr:
+            raise BackendError("llama.cpp returned no hidden states (is this a model with MTP layers?)")
+        if start + n > len(self.rows):  # grow by doubling: a chat's context fills up gradually
+            grown = np.zeros((max(start + n, 2 * len(self.rows), 256), self.n_embd), dtype=np.float32)
+            grown[: len(self.rows)] = self.rows
+            self.rows = grown
+        self.rows[start : start + n] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
+
+
+def load_model(path: Path, gpu_layers: int | None, mtp: bool = False):
+    """llama.cpp's model from ``path`` (a checked regular file), or ModelLoadError quoting
+    llama.cpp's own reason. ``gpu_layers`` None: all of them where the build can offload."""
     mparams = L.llama_model_default_params()
+    mparams.load_mtp = mtp  # without it llama.cpp skips the nextn tensors
     if gpu_layers is None:
         gpu_layers = -1 if supports_gpu_offload() else 0
     mparams.n_gpu_layers = 999 if gpu_layers < 0 else min(gpu_layers, 2**31 - 1)
@@ -430,8 +503,11 @@ def _load_model(path: Path, gpu_layers: int | None):
     return model
 
 
-def _context_params(n_ctx: int, threads: int | None):
+def _context_params(n_ctx: int, threads: int | None, snapshots: int = 0):
     cparams = L.llama_context_default_params()
+    # llama.cpp keeps this many recurrent states per evaluation only for the architectures
+    # that can roll back with them (and clamps it to 0 elsewhere); each is a copy of the state
+    cparams.n_rs_seq = max(0, snapshots)
     # n_batch = min(n_ctx asked, n_batch) in llama.cpp: ask for the cells it allocates anyway
     cparams.n_ctx = max(n_ctx, MIN_LLAMA_CTX)
     cparams.n_batch = N_BATCH

@@ -133,6 +133,7 @@ class GgufInfo:
     n_vocab: int
     size_bytes: int
     kv_bytes_per_token: int  # K and V in F16 for every layer: 2 * n_layer * n_kv_head * head_dim * 2
+    nextn_layers: int = 0  # next-token-prediction (MTP) layers: the model can draft for itself
 
 
 def read_metadata(path: Path | str) -> tuple[dict[str, Any], int]:
@@ -432,7 +433,23 @@ def read_info(path: Path | str) -> GgufInfo:
         n_vocab=len(meta.get("tokenizer.ggml.tokens", ())),
         size_bytes=path.stat().st_size,
         kv_bytes_per_token=kv_bytes_per_token(meta, arch),
+        nextn_layers=nextn_layers_of(meta, arch),
     )
+
+
+def nextn_layers(path: Path | str) -> int:
+    """How many next-token-prediction (MTP) layers the file carries (``<arch>.nextn_predict_layers``);
+    0 for a model without them, or a file that cannot be read (its load says why)."""
+    try:
+        meta, _ = read_metadata(path)
+    except (GgufError, OSError):
+        return 0
+    return nextn_layers_of(meta, _text(meta.get("general.architecture", b"")))
+
+
+def nextn_layers_of(meta: dict, arch: str) -> int:
+    n = meta.get(f"{arch}.nextn_predict_layers", 0)
+    return int(n) if _is_int(n) else 0
 
 
 def kv_bytes_per_token(meta: dict, arch: str) -> int:
@@ -447,7 +464,18 @@ def kv_bytes_per_token(meta: dict, arch: str) -> int:
     n_kv = int(np.max(n_kv)) if n_kv is not None else n_head
     k_dim = get("attention.key_length", n_embd // max(n_head, 1))
     v_dim = get("attention.value_length", k_dim)
-    return int(n_layer) * int(n_kv) * (int(k_dim) + int(v_dim)) * 2
+    return attention_layers(meta, arch, int(n_layer)) * int(n_kv) * (int(k_dim) + int(v_dim)) * 2
+
+
+def attention_layers(meta: dict, arch: str, n_layer: int) -> int:
+    """Layers with a KV cache: in a hybrid (Qwen3.5: every ``full_attention_interval``-th trunk
+    layer, the rest gated delta-net with a fixed-size state) only those, plus MTP layers."""
+    every = meta.get(f"{arch}.full_attention_interval", 0)
+    every = int(every) if _is_int(every) else 0
+    if every < 1:
+        return n_layer
+    nextn = nextn_layers_of(meta, arch)
+    return (n_layer - nextn) // every + nextn
 
 
 def _size_label(n: int) -> str:

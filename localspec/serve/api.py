@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..chat.session import Mode
 from ..core import options
 from ..core.explain import DraftingState
+from ..core.modes import MODEL_MODES
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 
@@ -85,7 +86,7 @@ class Speculative(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True)
 
-    type: Mode | None = Field(None, description="draft, lookup or none; default: the server's mode.")
+    type: Mode | None = Field(None, description="draft, mtp, lookup or none; default: the server's mode.")
     n_max: Any = Field(None, description="Longest draft per step; 0 drafts nothing.")  # llama.cpp's name: draft_max
     p_min: Any = Field(None, description="Stop a draft below this confidence.")
 
@@ -235,10 +236,13 @@ def parse_job(kind: Kind, data: Any, served: Served) -> Job:
     check_options(req)
     spec = req.speculative or Speculative()
     mode = "none" if spec.n_max == 0 else spec.type or served.mode
-    if mode == "draft" and not served.has_draft:
+    own = served.mode if served.has_draft and served.mode in MODEL_MODES else None  # what drafts here
+    if mode in MODEL_MODES and mode != own:
+        what = {"draft": "a draft model", "mtp": "a target with MTP layers"}[mode]
+        usable = ", ".join(f"'{m}'" for m in ([own] if own else []) + ["lookup"])
         raise ApiError(
             400,
-            "speculative.type 'draft' needs a draft model; this server has none (use 'lookup' or 'none')",
+            f"speculative.type '{mode}' needs {what}; this server has none (use {usable} or 'none')",
             param="speculative.type",
         )
     max_tokens = req.max_completion_tokens or req.max_tokens

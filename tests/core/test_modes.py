@@ -77,11 +77,13 @@ class TestBuiltinModes:
 class TestRegistry:
     def test_the_built_in_names(self):
         modes = builtin_modes()
-        assert list(modes) == ["none", "draft", "lookup"]
+        assert list(modes) == ["none", "draft", "mtp", "lookup"]
         assert modes["draft"].build is draft_model and modes["draft"].counts_as_use
+        # the target's own MTP layers draft as a draft model does, with a controller of their own
+        assert modes["mtp"].build is draft_model and modes["mtp"] != modes["draft"]
 
     def test_an_unknown_name_says_which_are_known(self):
-        with pytest.raises(ValueError, match="unknown drafting mode 'nope' \\(known: none, draft, lookup\\)"):
+        with pytest.raises(ValueError, match="unknown drafting mode 'nope' \\(known: none, draft, mtp, lookup\\)"):
             builtin_modes()["nope"]
 
     def test_a_mode_is_its_name_and_its_factory(self):

@@ -6,14 +6,12 @@ import numpy as np
 import pytest
 
 from localspec.chat.session import IncompatiblePair, LoadOptions, PairSpec, Session
-from localspec.core.controller import FixedController
-from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from localspec.core.engine import SpeculativeEngine
 from localspec.core.protocol import ContextFull
 from localspec.core.sampling import SamplingParams
 from localspec.llama.backend import MAX_LOGIT_ROWS, BackendError, ChatTemplateError, LlamaModel, ModelLoadError
 from localspec.llama.compat import check_compatible
+from tests.support.forced import generate
 from tests.support.tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -39,16 +37,6 @@ def target(tiny):
     m = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
     yield m
     m.close()
-
-
-def fixed(k):
-    return FixedController(CostModel(verify={1: 1.0}), k)
-
-
-def generate(target, drafter, k, prompt, n=60, params=GREEDY):
-    engine = SpeculativeEngine(target, drafter, fixed(k))
-    steps = list(engine.generate(prompt, params, n))
-    return [t for s in steps for t in s.emitted], steps
 
 
 class TestGreedyIdentity:

@@ -296,7 +296,7 @@ def fake_gpu(monkeypatch, pair):
     monkeypatch.setattr(
         llama_backend.LlamaModel,
         "load",
-        classmethod(lambda cls, path, *a: loads.append((path.name, a[2])) or real_load(cls, path, *a)),
+        classmethod(lambda cls, path, *a, **kw: loads.append((path.name, a[2])) or real_load(cls, path, *a, **kw)),
     )
     monkeypatch.setattr(
         preflight,

@@ -30,11 +30,9 @@ import gguf
 import numpy as np
 
 from localspec.llama.ggufinfo import GgufError, read_layout
+from tests.support.hybrid_gguf import HybridShape, add_qwen35_metadata, tensor_specs
+from tests.support.tiny_gguf import CHATML, add_spm_vocab
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 N_VOCAB = 151936  # Qwen2.5-0.5B/1.5B's embedding rows (the 7B pads to 152064; one vocab for all here)
 FTYPES = {
     "F16": gguf.LlamaFileType.MOSTLY_F16,
@@ -67,6 +65,12 @@ class Shape:
     tied: bool  # no output.weight: llama.cpp reuses token_embd as the output matrix
     size_label: str
     n_vocab: int = N_VOCAB
+    hybrid: HybridShape | None = None  # a qwen35 model (gated delta-net + attention), else qwen2
+    mtp: bool = False  # ... with one next-token-prediction layer
+
+    @property
+    def arch(self) -> str:
+        return "qwen35" if self.hybrid else "qwen2"
 
     @property
     def n_embd_kv(self) -> int:
@@ -79,6 +83,24 @@ SHAPES = {
     "1.5b": Shape(1536, 28, 12, 2, 8960, tied=True, size_label="1.5B"),
     "7b": Shape(3584, 28, 28, 4, 18944, tied=False, size_label="7B"),
 }
+# Qwen3.5 shapes with their MTP layer, vocabulary 248,320, tied embeddings, one full-attention
+# layer in four (head size 256, a quarter of it rotated, IMROPE sections 11/11/10). The 2B's
+# width (2048) and the 0.8B's delta-net heads (16 key and 16 value heads of 128) are published
+# (the 0.8B's config.json); its 24 layers, 8/2 attention heads and FFN of 6144 follow the 0.8B's
+# ratios. The 9B (4096 wide, 32 layers, 32 value heads) is the GPU check's 7B-class model.
+QWEN35_VOCAB = 248320
+_Q35 = dict(head_dim=256, d_conv=4, d_state=128, full_every=4, n_rot=64, sections=(11, 11, 10, 0))
+SHAPES |= {
+    "qwen3.5-tiny": Shape(64, 4, 4, 2, 128, tied=True, size_label="tiny", n_vocab=512, mtp=True, hybrid=HybridShape()),
+    "qwen3.5-2b": Shape(
+        2048, 24, 8, 2, 6144, tied=True, size_label="2B", n_vocab=QWEN35_VOCAB, mtp=True,
+        hybrid=HybridShape(n_embd=2048, n_layer=24, n_head=8, n_head_kv=2, n_ff=6144, n_group=16, dt_rank=16, **_Q35),
+    ),
+    "qwen3.5-9b": Shape(
+        4096, 32, 16, 4, 12288, tied=False, size_label="9B", n_vocab=QWEN35_VOCAB, mtp=True,
+        hybrid=HybridShape(n_embd=4096, n_layer=32, n_head=16, n_head_kv=4, n_ff=12288, n_group=16, dt_rank=32, **_Q35),
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -112,6 +134,24 @@ def random_f16(n: int, seed: int) -> np.ndarray:
 def buffer_len(shape: Shape) -> int:
     largest = max(shape.n_vocab * shape.n_embd, shape.n_ff * shape.n_embd)
     return largest + SLACK
+
+
+def hybrid_tensors(shape: Shape, buf: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """A qwen35 model's tensors (``hybrid_gguf.tensor_specs`` names and shapes them): matrices
+    are views of ``buf``, F16; norms ones and the delta-net's vectors small F32 arrays."""
+    assert shape.hybrid is not None
+    slot = itertools.count()
+    for name, np_shape, scale in tensor_specs(shape.hybrid, shape.n_vocab, shape.mtp, tied=shape.tied):
+        n = int(np.prod(np_shape))
+        if scale is None:
+            data = np.ones(np_shape, dtype=np.float32)
+        elif len(np_shape) == 1 or "ssm_conv1d" in name:  # llama.cpp's ssm ops read these as F32
+            data = _view(buf, next(slot), n).astype(np.float32).reshape(np_shape) * (-1 if scale < 0 else 1)
+        else:
+            data = _view(buf, next(slot), n).reshape(np_shape)
+        yield name, data
+    # (output_norm is a norm like the rest: ones; LOGIT_STD is for qwen2's shapes, which the
+    # bench's oracle reads; a cost measurement needs only the shapes)
 
 
 def tensors(shape: Shape, buf: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
@@ -158,24 +198,19 @@ def _add_metadata(w: gguf.GGUFWriter, shape_name: str, shape: Shape, seed: int) 
     w.add_name(model_name(shape_name, seed))
     w.add_size_label(shape.size_label)
     w.add_file_type(FTYPES["F16"])
-    w.add_context_length(32768)
-    w.add_embedding_length(shape.n_embd)
-    w.add_block_count(shape.n_layer)
-    w.add_feed_forward_length(shape.n_ff)
-    w.add_head_count(shape.n_head)
-    w.add_head_count_kv(shape.n_head_kv)
-    w.add_rope_freq_base(1e6)
-    w.add_layer_norm_rms_eps(1e-6)
+    if shape.hybrid:
+        add_qwen35_metadata(w, shape.hybrid, shape.mtp, 32768)
+    else:
+        w.add_context_length(32768)
+        w.add_embedding_length(shape.n_embd)
+        w.add_block_count(shape.n_layer)
+        w.add_feed_forward_length(shape.n_ff)
+        w.add_head_count(shape.n_head)
+        w.add_head_count_kv(shape.n_head_kv)
+        w.add_rope_freq_base(1e6)
+        w.add_layer_norm_rms_eps(1e-6)
     tokens, scores, types = vocab(shape.n_vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_spm_vocab(w, tokens, scores, types)
     w.add_chat_template(CHATML)
 
 
@@ -185,10 +220,10 @@ def write_f16(path: Path, shape_name: str, seed: int, shape: Shape | None = None
     shape = shape or SHAPES[shape_name]
     buf = random_f16(buffer_len(shape), seed)
     part = path.with_name(path.name + ".part")
-    w = gguf.GGUFWriter(str(part), "qwen2")
+    w = gguf.GGUFWriter(str(part), shape.arch)
     try:
         _add_metadata(w, shape_name, shape, seed)
-        for name, data in tensors(shape, buf):
+        for name, data in (hybrid_tensors if shape.hybrid else tensors)(shape, buf):
             w.add_tensor(name, data)
         w.write_header_to_file()
         w.write_kv_data_to_file()

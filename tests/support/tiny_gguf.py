@@ -13,7 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.support.random_gguf import CHATML  # the one ChatML template the fixtures write
+# the one ChatML template the fixtures write (random_gguf's models too)
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 PIECES = [
     "▁the",
@@ -75,6 +79,19 @@ def vocab(extra_pieces: int = 0, rename: dict[int, str] | None = None, control: 
     return tokens, scores, types
 
 
+def add_spm_vocab(w, tokens, scores, types, eos: int = 2) -> None:
+    """The SPM tokenizer keys every fixture writes: <unk> 0, <s> 1 (added), </s> 2 (``eos``)."""
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(eos)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
 def write_tiny_gguf(
     path: Path | str,
     seed: int = 0,
@@ -110,15 +127,7 @@ def write_tiny_gguf(
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(0)  # ALL_F32
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(eos)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_spm_vocab(w, tokens, scores, types, eos=eos)
     if chat_template:
         w.add_chat_template(chat_template)
     for name, shape, scale in _tensor_shapes(n_vocab, n_embd, n_layer, n_ff):

@@ -1,0 +1,24 @@
+"""Forced drafting on real (tiny) models: every step drafts k tokens, whatever they cost, so a
+test exercises acceptance, rejection and rollback on each step (``FixedController``)."""
+
+from __future__ import annotations
+
+from localspec.core.controller import FixedController
+from localspec.core.costs import CostModel
+from localspec.core.engine import SpeculativeEngine, Step
+from localspec.core.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def fixed(k: int) -> FixedController:
+    return FixedController(CostModel(verify={1: 1.0}), k)
+
+
+def generate(
+    target, drafter, k: int, prompt, n: int = 60, params: SamplingParams = GREEDY
+) -> tuple[list[int], list[Step]]:
+    """(the reply's tokens, its steps): ``drafter`` drafting ``k`` tokens every step."""
+    engine = SpeculativeEngine(target, drafter, fixed(k))
+    steps = list(engine.generate(prompt, params, n))
+    return [t for s in steps for t in s.emitted], steps
