@@ -62,8 +62,8 @@ class Settings(ModelOptions, ReplyOptions):
     theme: str = Field("textual-dark", description="Textual theme name.")
     default_draft: str | None = Field(
         None,
-        description="Draft for the default pair: a draft filename from the catalog, 'lookup' "
-        "(prompt lookup) or 'none'; None = the pair's first compatible draft.",
+        description="Draft for the default pair: a draft filename from the catalog, 'mtp' (the "
+        "target's own MTP layers), 'lookup' (prompt lookup) or 'none'; None = the pair's first drafter.",
     )
     show_draft_tokens: bool = Field(
         False, description="Chat app: paint tokens accepted from the draft (F2 toggles) instead of Markdown."

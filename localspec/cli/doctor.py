@@ -80,7 +80,9 @@ def expected_lines(options, advice: str | None) -> list[str]:
         ]
     rows = [("MODEL", "DRAFTING", "SPEED-UP", "TOK/S", "BASIS")]
     for o in sorted(options, key=lambda o: -o.expected.tokens_per_second):
-        how = {"none": "none (target alone)", "lookup": "prompt lookup"}.get(o.how, f"draft {Path(o.how).name}")
+        how = {"none": "none (target alone)", "lookup": "prompt lookup", "mtp": "its MTP layers"}.get(
+            o.how, f"draft {Path(o.how).name}"
+        )
         e = o.expected
         rows.append(
             (Path(o.target).name, how, f"{e.speedup:.2f}x", f"{e.tokens_per_second:.1f}", f"{e.basis}, {e.measured}")
@@ -155,7 +157,7 @@ def pair_facts(catalog, settings) -> tuple[PairFacts, ...]:
     """Each pair with its default draft; sizes from the catalog, files looked up (no hashing)."""
     out = []
     for pair in catalog.pairs:
-        refs = (pair.target, pair.drafts[0])
+        refs = [r for r in (pair.target, pair.default_draft) if r is not None]
         missing = sum(r.size_bytes for r in refs if downloads.locate(r, settings) is None)
         out.append(PairFacts(pair.id, pair.memory_bytes, missing, pair.id == catalog.default_pair_id))
     return tuple(out)

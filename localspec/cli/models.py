@@ -81,14 +81,14 @@ def cmd_list(args, settings, catalog) -> int:
     print(f"RAM: {human_bytes_si(ram)}; memory = target + default draft + KV cache at {settings.n_ctx} tokens")
     rows: list[tuple[str, ...]] = [("", "PAIR", "TARGET", "DRAFT", "MEMORY", "FITS", "ON DISK")]
     for pair in catalog.pairs:
-        draft = pair.drafts[0]
+        draft = pair.default_draft
         fits = "?" if ram is None else ("yes" if pair.memory_bytes <= FITS_FRACTION * ram else "no")
         rows.append(
             (
                 "*" if pair.id == catalog.default_pair_id else "",
                 pair.id,
                 f"{pair.target.params} {pair.target.quant} {human_bytes_si(pair.target.size_bytes)}",
-                f"{draft.params} {draft.quant} {human_bytes_si(draft.size_bytes)}",
+                _draft_cell(pair, draft),
                 human_bytes_si(pair.memory_bytes),
                 fits,
                 _on_disk(pair.target, draft, settings),
@@ -116,9 +116,16 @@ def cmd_list(args, settings, catalog) -> int:
     return 0
 
 
+def _draft_cell(pair, draft) -> str:
+    if draft is not None:
+        return f"{draft.params} {draft.quant} {human_bytes_si(draft.size_bytes)}"
+    return "MTP (in target)" if pair.default_is_mtp else "-"
+
+
 def _on_disk(target, draft, settings) -> str:
-    t, d = downloads.locate(target, settings), downloads.locate(draft, settings)
-    if t and d:
+    t = downloads.locate(target, settings)
+    d = downloads.locate(draft, settings) if draft is not None else None
+    if t and (d or draft is None):
         return "present"
     return "target" if t else ("draft" if d else "-")
 
@@ -135,7 +142,7 @@ def cmd_pull(args, settings, catalog) -> int:
         pair = catalog.get(args.pair or catalog.default_pair_id)
     except KeyError as e:
         raise BadInput(str(e)) from None
-    draft = pair.drafts[0]
+    draft = pair.default_draft  # None: the default drafter is the target's MTP layers, no file
     if args.draft:
         if args.draft not in catalog.models:
             raise BadInput(f"no model {args.draft!r} in the catalog (see `localspec models list`)")
@@ -144,6 +151,8 @@ def cmd_pull(args, settings, catalog) -> int:
     bar = ByteProgress(sys.stderr)
     try:
         for role, ref in (("target", pair.target), ("draft", draft)):
+            if ref is None:
+                continue
             path = downloads.pull(ref, settings, bar, cancel, note=bar.note)
             bar.finish()
             print(f"{role}: {path} (ok{', sha256 verified' if ref.sha256 else ''})")

@@ -147,9 +147,11 @@ def resolve_pair(args) -> str | None:
         pair = catalog.get(args.pair) if args.pair else catalog.default
     except cat.UnknownPair as e:
         raise SystemExit(f"localspec serve: {e}") from None
-    wanted_draft = not (args.lookup or args.no_draft or args.draft)
+    chosen = args.lookup or args.no_draft or args.draft or args.mtp
+    wanted_draft = None if chosen else pair.default_draft
+    args.mtp = args.mtp or (not chosen and pair.default_is_mtp)  # the target drafts for itself
     target = locate(pair.target, settings)
-    draft = locate(pair.drafts[0], settings) if wanted_draft else args.draft
+    draft = locate(wanted_draft, settings) if wanted_draft else args.draft
     if target is None or (wanted_draft and draft is None):
         raise SystemExit(
             f"localspec serve: the files of pair {pair.id!r} are not on disk; run: localspec models pull {pair.id}"

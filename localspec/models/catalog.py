@@ -1,7 +1,8 @@
 """The catalog of target/draft pairs: the built-in ``catalog.toml`` plus the user's own file.
 
 Both files share one schema (see the comment at the top of ``catalog.toml``): ``[models.ID]``
-tables for single GGUF files and ``[[pairs]]`` that name a target and its drafts by model id.
+tables for single GGUF files and ``[[pairs]]`` that name a target and its drafters by model id,
+``"mtp"`` standing for the target's own next-token-prediction layers (``MTP``).
 The built-in file must be valid (a broken one is a bug: ``CatalogError``). The user file is
 checked entry by entry: a bad entry is skipped with a warning naming the file, the entry and
 the field, a copy of the file is kept aside, and everything else still works.
@@ -19,12 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..llama.preflight import SUPPORTED_ARCHITECTURES
 from ..lockedfile import locked, write_atomic
 from ..settings import backup_file, config_dir
 
 BUILTIN_NAME = "catalog.toml"
+# The drafter id, in a pair's drafts, of the target's own next-token-prediction layers: they
+# live inside the target's file, so the id names no model and no [models.ID] table may take it.
+MTP = "mtp"
 
 
 class ModelRef(BaseModel):
@@ -39,12 +44,22 @@ class ModelRef(BaseModel):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="Pinned digest, if known.")
     params: str = Field(description='Parameter count as people say it, e.g. "1.5B".')
     family: str = Field(description="Model family; drafts come from the same family.")
+    arch: str = Field("", description="GGUF general.architecture; empty when not given.")
+    mtp: bool = Field(False, description="Has next-token-prediction layers (nextn_predict_layers > 0).")
     kv_bytes_per_token: int = Field(0, ge=0, description="F16 K+V cache bytes per context token.")
     path: Path | None = Field(None, description="Local file for imported models.")
 
+    @field_validator("arch")
+    @classmethod
+    def _loadable(cls, arch: str) -> str:
+        if arch and arch not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(f"architecture {arch!r}: this llama.cpp build does not load it")
+        return arch
+
 
 class Pair(BaseModel):
-    """A target with the drafts known to share its vocabulary (first = default)."""
+    """A target with its drafters in order of preference (first = default): draft files known to
+    share its vocabulary, and MTP, the target's own next-token-prediction layers, where it has them."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -52,14 +67,29 @@ class Pair(BaseModel):
     name: str
     family: str
     target: ModelRef
-    drafts: list[ModelRef]
+    drafts: list[ModelRef] = Field(description="The draft files in order of preference; empty for MTP alone.")
+    drafters: list[str] = Field(description=f"Every drafter's model id in order of preference, {MTP!r} for MTP.")
     good_for: str
     license: str
     memory_bytes: int = Field(description="Target + default draft + KV cache of both at the default context.")
 
+    @property
+    def mtp(self) -> bool:
+        """The pair offers the target's MTP layers as a drafter."""
+        return MTP in self.drafters
+
+    @property
+    def default_is_mtp(self) -> bool:
+        return self.drafters[:1] == [MTP]
+
+    @property
+    def default_draft(self) -> ModelRef | None:
+        """The default draft file; None when the default drafter is MTP (no file of its own)."""
+        return None if self.default_is_mtp or not self.drafts else self.drafts[0]
+
 
 class _PairEntry(BaseModel):
-    """A pair as written in a file: models by id."""
+    """A pair as written in a file: models by id, and "mtp" for the target's own MTP layers."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -231,6 +261,9 @@ def _models_and_pairs(
     if not isinstance(raw_models, dict) or not isinstance(raw_pairs, list):
         return {}, {}, problems + [f"{source}: top level: 'models' must be tables and 'pairs' an array of tables"]
     for model_id, entry in raw_models.items():
+        if model_id == MTP:
+            problems.append(f"{source}: models.{MTP}: the id {MTP!r} means a target's own MTP layers; entry skipped")
+            continue
         try:
             models[model_id] = ModelRef.model_validate(entry)
         except ValidationError as e:
@@ -258,30 +291,38 @@ def _describe(source: str, where: str, e: ValidationError) -> list[str]:
 def _resolve_pairs(pairs_raw: dict, models: dict[str, ModelRef], n_ctx: int) -> tuple[list[Pair], list[str]]:
     pairs, problems = [], []
     for where, entry in pairs_raw.values():
-        missing = [
-            (f, m) for f, ms in (("target", [entry.target]), ("drafts", entry.drafts)) for m in ms if m not in models
-        ]
+        files = [d for d in entry.drafts if d != MTP]
+        missing = [(f, m) for f, ms in (("target", [entry.target]), ("drafts", files)) for m in ms if m not in models]
         if missing:
             problems += [f"{where}: field {f!r}: no model {m!r} in the catalog; entry skipped" for f, m in missing]
             continue
-        target, drafts = models[entry.target], [models[d] for d in entry.drafts]
+        target = models[entry.target]
+        if MTP in entry.drafts and not target.mtp:
+            problems.append(
+                f"{where}: field 'drafts': {MTP!r} means the target's own MTP layers, and the target "
+                f"{entry.target!r} has none (its table does not say mtp = true); entry skipped"
+            )
+            continue
+        default = None if entry.drafts[0] == MTP else models[entry.drafts[0]]  # MTP adds no file
         pairs.append(
             Pair(
                 id=entry.id,
                 name=entry.name,
                 family=entry.family,
                 target=target,
-                drafts=drafts,
+                drafts=[models[d] for d in files],
+                drafters=list(entry.drafts),
                 good_for=entry.good_for,
                 license=entry.license,
-                memory_bytes=memory_estimate(target, drafts[0], n_ctx),
+                memory_bytes=memory_estimate(target, default, n_ctx),
             )
         )
     return pairs, problems
 
 
 def memory_estimate(target: ModelRef, draft: ModelRef | None, n_ctx: int) -> int:
-    """Weights plus F16 KV cache of both models at n_ctx; compute buffers not included."""
+    """Weights plus F16 KV cache of both models at n_ctx; compute buffers not included. No draft
+    (None) for MTP: its layers are in the target's file, and its KV in the target's figure."""
     total = target.size_bytes + target.kv_bytes_per_token * n_ctx
     if draft is not None:
         total += draft.size_bytes + draft.kv_bytes_per_token * n_ctx
@@ -291,8 +332,9 @@ def memory_estimate(target: ModelRef, draft: ModelRef | None, n_ctx: int) -> int
 def toml_entry(model_id: str, ref: ModelRef) -> str:
     """A ``[models.ID]`` table for the user file, rendered by tomli_w (any id quoted as TOML wants it)."""
     fields = {k: str(v) if isinstance(v, Path) else v for k, v in ref.model_dump(exclude_none=True).items()}
-    if not fields.get("repo"):
-        fields.pop("repo", None)
+    for key in ("repo", "arch", "mtp"):  # said only when given
+        if not fields.get(key):
+            fields.pop(key, None)
     text = tomli_w.dumps({"models": {model_id: fields}})
     try:
         text.encode("utf-8")

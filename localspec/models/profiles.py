@@ -117,7 +117,7 @@ class Expected:
 
 
 def expected(target: Profile, how: str, draft: Profile | None = None) -> Expected | None:
-    """Expected speed of ``target`` with drafting ``how`` ('none', 'lookup' or a draft's path):
+    """Expected speed of ``target`` with drafting ``how`` ('none', 'lookup', 'mtp' or a draft's path):
     from what use measured when there is any (tokens/s in use against 1 / T(1) measured here),
     else for a draft model from the cost model with an assumed acceptance. None: unknown."""
     alone = target.alone_tps
@@ -287,28 +287,40 @@ def describe(o: PairOption) -> str:
         return f"{target} alone"
     if o.how == "lookup":
         return f"{target} with prompt lookup"
+    if o.how == "mtp":
+        return f"{target} with its own MTP layers"
     return f"{target} with the draft {Path(o.how).name}"
 
 
-def find(profiles: Mapping[str, Profile], path: Path, machine: str) -> Profile | None:
+MTP_KEY = "mtp|"  # before a target's key: its own MTP layers' profile (their pass as a draft)
+
+
+def find(profiles: Mapping[str, Profile], path: Path, machine: str, kind: str = "") -> Profile | None:
     """The newest profile of this model file on this machine, whatever its threads and GPU
-    layers (the pair menu shows what was measured, not what will be chosen)."""
+    layers (the pair menu shows what was measured, not what will be chosen); ``kind=MTP_KEY``:
+    the file's MTP layers' profile."""
     try:
         st = Path(path).stat()
     except OSError:
         return None
-    prefix = f"{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}|{machine}|"
+    prefix = f"{kind}{Path(path).resolve()}|{st.st_size}|{st.st_mtime_ns}|{machine}|"
     found = [p for k, p in profiles.items() if k.startswith(prefix)]
     return max(found, key=lambda p: p.measured) if found else None
 
 
-def menu_line(profiles: Mapping[str, Profile], machine: str, target: Path, draft: Path | None) -> str | None:
+def menu_line(
+    profiles: Mapping[str, Profile], machine: str, target: Path, draft: Path | None, mtp: bool = False
+) -> str | None:
     """'expected here: draft 1.62× · 9.8 tok/s · lookup not measured yet · none 6.1 tok/s
-    (measured 2026-12-01)' for a pair on disk, or None when its target was never loaded here."""
+    (measured 2026-12-01)' for a pair on disk, or None when its target was never loaded here;
+    ``mtp``: the target's MTP layers are offered too."""
     t = find(profiles, target, machine)
     if t is None or not t.alone_tps:
         return None
     parts = []
+    if mtp:
+        e = expected(t, "mtp", find(profiles, target, machine, MTP_KEY))
+        parts.append(f"mtp {e.speedup:.2f}× · {e.tokens_per_second:.1f} tok/s" if e else "mtp not measured yet")
     if draft is not None:
         e = expected(t, str(Path(draft).resolve()), find(profiles, draft, machine))
         parts.append(f"draft {e.speedup:.2f}× · {e.tokens_per_second:.1f} tok/s" if e else "draft not measured yet")

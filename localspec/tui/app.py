@@ -19,6 +19,7 @@ from textual.screen import Screen
 from ..chat.conversation import ChatSession, Conversation
 from ..chat.session import IncompatiblePair, LoadOptions, PairSpec, load_options
 from ..chat.store import ChatStore
+from ..core.modes import MODEL_MODES
 from ..settings import Settings, data_dir, load_settings, save_settings, settings_path
 from .chat import KEYS, ChatScreen
 from .screens.app_settings import SettingsScreen
@@ -26,7 +27,7 @@ from .screens.chat_settings import ChatSettingsScreen
 from .screens.download import DownloadScreen
 from .screens.error import ErrorDialog
 from .screens.loading import LoadingScreen
-from .screens.pair import PairChoice, PairScreen, compatible_drafts
+from .screens.pair import PairChoice, PairScreen, compatible_drafts, draft_options
 
 # loads a pair: (pair, options, progress callback) -> the session
 SessionFactory = Callable[[PairSpec, LoadOptions, Callable[[str], None]], ChatSession]
@@ -159,8 +160,9 @@ class LocalspecApp(App):
 
         def line(pair) -> str | None:
             target = self._path(pair.target)
-            draft = self._path(pair.drafts[0]) if pair.drafts else None
-            return profiles.menu_line(found, machine, target, draft) if target else None
+            draft = self._path(pair.default_draft) if pair.default_draft else None
+            mtp = "mtp" in [v for _, v in draft_options(pair, self._path)]
+            return profiles.menu_line(found, machine, target, draft, mtp) if target else None
 
         return line
 
@@ -189,12 +191,15 @@ class LocalspecApp(App):
         if pair is None:
             return None
         wanted = s.default_draft
-        drafts = compatible_drafts(pair)
-        if wanted in ("lookup", "none"):
+        offered = [v for _, v in draft_options(pair, self._path)]
+        if wanted in ("lookup", "none") or (wanted == "mtp" and "mtp" in offered):
             draft, mode = None, wanted
         else:
-            draft = next((d for d in drafts if d.filename == wanted), drafts[0] if drafts else None)
-            mode = "draft" if draft else "lookup"
+            files = [d for d in compatible_drafts(pair) if f"draft:{d.filename}" in offered]
+            draft = next((d for d in files if d.filename == wanted), None)
+            if draft is None and offered[0] != "mtp":
+                draft = files[0] if files else None
+            mode = "draft" if draft else "mtp" if offered[0] == "mtp" else "lookup"
         return PairChoice(pair.id, draft, mode, s.draft.draft_max, s.draft.adaptive, s.draft.p_min)
 
     # --- pair menu, downloads, loading ------------------------------------------------------
@@ -206,7 +211,7 @@ class LocalspecApp(App):
             return
         s = self.settings
         draft = s.default_draft
-        draft_value = draft if draft in ("lookup", "none") else f"draft:{draft}" if draft else None
+        draft_value = draft if draft in ("lookup", "none", "mtp") else f"draft:{draft}" if draft else None
         self.push_screen(
             PairScreen(
                 catalog,
@@ -217,6 +222,7 @@ class LocalspecApp(App):
                 s.draft.adaptive,
                 s.draft.p_min,
                 self._expected_line(),
+                self._path,
             ),
             self._pair_chosen,
         )
@@ -248,11 +254,11 @@ class LocalspecApp(App):
         if target is None or (choice.draft is not None and draft is None):
             self.push_screen(ErrorDialog("Files missing", f"the files of {pair.name} are not on disk"))
             return
-        self.load_pair(PairSpec(target, draft, choice.mode == "lookup"), pair.name)
+        self.load_pair(PairSpec(target, draft, choice.mode == "lookup", mtp=choice.mode == "mtp"), pair.name)
 
     def load_pair(self, spec: PairSpec, label: str | None = None) -> None:
         self.chat_screen.abandon_reply()
-        label = label or f"{spec.target.name} + {spec.draft.name if spec.draft else spec.mode}"
+        label = label or f"{spec.target.name} + {spec.drafter}"
         if self._loading is not None and self._loading in self.screen_stack:
             self._loading.say(f"switching to {label}")  # one loading screen, the newest load wins
         else:
@@ -325,7 +331,8 @@ class LocalspecApp(App):
 
     def action_chat_settings(self) -> None:
         chat = self.conversation.chat
-        modes = ["draft", "lookup", "none"] if (self.session and self.session.mode == "draft") else ["lookup", "none"]
+        own = self.session.mode if self.session and self.session.mode in MODEL_MODES else None
+        modes = ([own] if own else []) + ["lookup", "none"]
         current = chat.mode or (self.session.mode if self.session else "none")
         if current not in modes:
             modes.insert(0, current)

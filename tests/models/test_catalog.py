@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
+from importlib import resources
 from pathlib import Path
 
 import hypothesis
 import pytest
 from hypothesis import strategies as st
 
+from localspec.llama.preflight import SUPPORTED_ARCHITECTURES
 from localspec.models import catalog as cat
 from localspec.settings import Settings
 
@@ -37,7 +40,7 @@ class TestBuiltin:
     def test_loads_cleanly(self):
         catalog, warnings = cat.load_catalog(Settings())
         assert warnings == []
-        assert len(catalog.pairs) >= 17
+        assert len(catalog.pairs) >= 23
 
     def test_default_pair_is_pinned(self):
         catalog, _ = cat.load_catalog(Settings())
@@ -90,7 +93,23 @@ class TestBuiltin:
         catalog, _ = cat.load_catalog(Settings())
         for model_id, m in catalog.models.items():
             assert "/" in m.repo and m.filename.endswith(".gguf"), model_id
-            assert m.size_bytes > 0 and m.kv_bytes_per_token > 0, model_id
+            assert m.size_bytes > 0, model_id
+            # a Gemma 4 assistant reads its target's KV cache and keeps none of its own
+            assert (m.kv_bytes_per_token == 0) == (m.arch == "gemma4-assistant"), model_id
+
+    def test_every_entry_has_an_architecture_this_build_loads(self):
+        catalog, _ = cat.load_catalog(Settings())
+        unloadable = {k: m.arch for k, m in catalog.models.items() if m.arch not in SUPPORTED_ARCHITECTURES}
+        assert unloadable == {}
+
+    def test_every_model_table_names_its_source(self):
+        text = resources.files(cat.__package__).joinpath(cat.BUILTIN_NAME).read_text(encoding="utf-8")
+        # each [models."..."] header is followed by its "# source: URL" line
+        lines = text.splitlines()
+        headers = [i for i, line in enumerate(lines) if line.startswith("[models.")]
+        assert len(headers) == len(tomllib.loads(text)["models"])
+        unsourced = [lines[i] for i in headers if not re.fullmatch(r"# source: https://\S+.*", lines[i + 1])]
+        assert unsourced == []
 
     def test_memory_is_files_plus_kv_at_the_configured_context(self):
         catalog, _ = cat.load_catalog(Settings(n_ctx=8192))
@@ -310,7 +329,7 @@ def old_toml_entry(model_id: str, ref: cat.ModelRef) -> str:
     """The table localspec wrote before tomli_w, verbatim: the id through json.dumps."""
     lines = [f"[models.{json.dumps(model_id)}]"]
     for key, value in ref.model_dump(exclude_none=True).items():
-        if key == "repo" and not value:
+        if (key == "repo" and not value) or key in ("arch", "mtp"):  # arch and mtp came later
             continue
         text = json.dumps(str(value), ensure_ascii=False) if isinstance(value, (str, Path)) else str(value)
         lines.append(f"{key} = {text}")

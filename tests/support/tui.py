@@ -32,6 +32,7 @@ class Ref:
     sha256: str = ""
     params: str = "1B"
     family: str = "qwen2.5"
+    mtp: bool = False  # the file carries MTP layers
 
 
 @dataclass
@@ -44,6 +45,11 @@ class FakePair:
     good_for: str = "chat"
     license: str = "apache-2.0"
     memory_bytes: int = 2_000_000_000
+    default_is_mtp: bool = False
+
+    @property
+    def default_draft(self):
+        return self.drafts[0] if self.drafts else None
 
 
 @dataclass

@@ -11,7 +11,7 @@ from localspec.settings import Settings, load_settings, save_settings
 from localspec.tui.app import LocalspecApp
 from localspec.tui.screens.download import DownloadScreen
 from localspec.tui.screens.error import ErrorDialog
-from localspec.tui.screens.pair import PairScreen, compatible_drafts, draft_options
+from localspec.tui.screens.pair import MTP_LABEL, PairScreen, compatible_drafts, draft_options, drafters
 from tests.support.fake_session import (
     HELLO,
     FakeSession,
@@ -19,10 +19,86 @@ from tests.support.fake_session import (
 )
 from tests.support.tui import (
     SIZE,
+    FakeCatalog,
+    FakePair,
     Files,
+    Ref,
     make_catalog,
     wait_for,
 )
+
+
+def qwen35_pair(mtp_first: bool = True) -> FakePair:
+    """A Qwen3.5 target whose file carries MTP layers, its small draft, and a draft of another
+    vocabulary the catalog lists beside them."""
+    return FakePair(
+        "q35",
+        "Qwen3.5 9B (MTP) + 0.8B",
+        "qwen3.5",
+        Ref("u/t", "q35-9b.gguf", family="qwen3.5", mtp=True),
+        [Ref("u/d", "q35-0.8b.gguf", family="qwen3.5"), Ref("q/d", "qwen-0.5b.gguf")],
+        default_is_mtp=mtp_first,
+    )
+
+
+class TestDrafters:
+    """What the menu offers for a target, and a line for each drafter it does not offer."""
+
+    def test_mtp_is_offered_as_built_in_in_the_pairs_order(self):
+        offered, why_not = drafters(qwen35_pair())
+        assert [v for _, v in offered] == ["mtp", "draft:q35-0.8b.gguf", "lookup", "none"]
+        assert offered[0][0] == MTP_LABEL == "MTP layers: built into the model, nothing to download"
+        assert why_not == ["qwen-0.5b.gguf: another vocabulary (qwen2.5; the target is qwen3.5)"]
+        offered, _ = drafters(qwen35_pair(mtp_first=False))
+        assert [v for _, v in offered][:2] == ["draft:q35-0.8b.gguf", "mtp"]
+
+    def test_a_target_without_mtp_layers_says_so(self):
+        _, why_not = drafters(make_catalog().get("qwen"))
+        assert why_not == [
+            "llama-1b.gguf: another vocabulary (llama3; the target is qwen2.5)",
+            "MTP: qwen-1.5b.gguf has no MTP layers",
+        ]
+
+    def test_a_missing_file_with_no_repo_is_not_offered(self):
+        pair = FakePair("mine", "Mine", "qwen2.5", Ref("q/t", "t.gguf"), [Ref("", "gone.gguf")])
+        offered, why_not = drafters(pair, locate=lambda ref: None)
+        assert "draft:gone.gguf" not in [v for _, v in offered]
+        assert "gone.gguf: its file is missing and it has no hub repo to download it from" in why_not
+
+    def test_the_file_on_disk_decides_about_mtp(self, tmp_path):
+        from tests.support.hybrid_gguf import write_tiny_qwen35
+
+        with_mtp = write_tiny_qwen35(tmp_path / "q35-9b.gguf", seed=1, mtp=True)
+        plain = write_tiny_qwen35(tmp_path / "plain.gguf", seed=1)
+        # a user's own file with MTP layers is found, though the catalog says nothing of them
+        mine = FakePair("mine", "Mine", "qwen3.5", Ref("", "q35-9b.gguf", family="qwen3.5"), [])
+        assert drafters(mine, locate=lambda ref: with_mtp)[0][0] == (MTP_LABEL, "mtp")
+        # a plain copy under the MTP file's name is caught
+        offered, why_not = drafters(qwen35_pair(), locate=lambda ref: plain if ref.filename == "q35-9b.gguf" else None)
+        assert "mtp" not in [v for _, v in offered]
+        assert (
+            why_not[-1]
+            == "MTP: plain.gguf on disk has no MTP layers (a copy of the plain file?); the MTP file is in u/t"
+        )
+
+    async def test_choosing_mtp_opens_the_target_drafting_for_itself(self, tmp_path):
+        files = Files(tmp_path, present={"q35-9b.gguf", "q35-0.8b.gguf"})
+        session = FakeSession(list(HELLO))
+        factory = factory_for(session)
+        catalog = FakeCatalog([qwen35_pair()], "q35")
+        app = LocalspecApp(Settings(), session_factory=factory, catalog=catalog, locate=files.locate, pull=files.pull)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            menu = app.screen
+            assert menu.query_one("#draft-select").value == "mtp"  # the pair's first drafter
+            notes = str(menu.query_one("#drafter-notes").render())
+            assert "not offered: qwen-0.5b.gguf: another vocabulary" in notes
+            await pilot.click("#open")
+            await wait_for(pilot, lambda: app.session is not None, timeout=10)
+            spec, _ = factory.loaded[0]
+            assert spec.mtp and spec.draft is None and spec.target.name == "q35-9b.gguf"
+            saved, _ = load_settings()
+            assert saved.default_draft == "mtp"
 
 
 class TestPairs:

@@ -1,10 +1,13 @@
-"""The pair menu: the catalog's pairs with size, memory and presence, a compatible draft (or
-prompt lookup, or none), the draft length and p_min."""
+"""The pair menu: the catalog's pairs with size, memory and presence, a drafter (a compatible
+draft, the target's own MTP layers, prompt lookup, or none) with a line for each drafter not
+offered and why, the draft length and p_min."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -23,11 +26,15 @@ from ...units import human_bytes, memory_total
 @dataclass(frozen=True)
 class PairChoice:
     pair_id: str
-    draft: Any | None  # a catalog ModelRef, or None for prompt lookup / no draft
-    mode: str  # "draft" | "lookup" | "none"
+    draft: Any | None  # a catalog ModelRef, or None for MTP / prompt lookup / no draft
+    mode: str  # "draft" | "mtp" | "lookup" | "none"
     draft_max: int
     adaptive: bool
     p_min: float
+
+
+MTP_LABEL = "MTP layers: built into the model, nothing to download"
+Locate = Callable[[Any], "Path | None"]
 
 
 def compatible_drafts(pair) -> list:
@@ -39,11 +46,70 @@ def compatible_drafts(pair) -> list:
     return [d for d in pair.drafts if d.family == pair.target.family]
 
 
-def draft_options(pair) -> list[tuple[str, str]]:
-    """(label, value) for the draft selector: compatible drafts, then lookup and none."""
-    out = [(f"{d.filename}  ({human_bytes(d.size_bytes)})", f"draft:{d.filename}") for d in compatible_drafts(pair)]
-    out += [("prompt lookup (no draft model)", "lookup"), ("none (target alone)", "none")]
-    return out
+def draft_options(pair, locate: Locate | None = None) -> list[tuple[str, str]]:
+    """(label, value) for the draft selector: the drafters offered, then lookup and none."""
+    return drafters(pair, locate)[0]
+
+
+def drafters(pair, locate: Locate | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """(label, value) of each drafter offered for the pair's target, in the pair's order of
+    preference, then prompt lookup and none; and a line for each one not offered, saying why
+    (another vocabulary, a file that is missing with nowhere to download it from, no MTP
+    layers). ``locate(ref)``: the file on disk, if any: what a present file holds is what counts."""
+    offered, why_not = [], []
+    mtp, mtp_note = _mtp(pair, locate)
+    for d in pair.drafts:
+        if d.family != pair.target.family:
+            why_not.append(f"{d.filename}: another vocabulary ({d.family}; the target is {pair.target.family})")
+        elif locate is not None and locate(d) is None and not getattr(d, "repo", ""):
+            why_not.append(f"{d.filename}: its file is missing and it has no hub repo to download it from")
+        else:
+            offered.append((f"{d.filename}  ({human_bytes(d.size_bytes)})", f"draft:{d.filename}"))
+    if mtp:
+        at = 0 if getattr(pair, "default_is_mtp", False) or not offered else len(offered)
+        offered.insert(at, (MTP_LABEL, "mtp"))
+    else:
+        why_not.append(mtp_note)
+    offered += [("prompt lookup (no draft model)", "lookup"), ("none (target alone)", "none")]
+    return offered, why_not
+
+
+def _mtp(pair, locate: Locate | None) -> tuple[bool, str]:
+    """Whether the target drafts for itself, and if not why: the file on disk decides (a
+    user's own MTP file is found; a plain copy under the MTP file's name is caught), else
+    the catalog."""
+    path = locate(pair.target) if locate is not None else None
+    n = _nextn_layers(Path(path)) if path is not None else None
+    if path is not None and n is not None:  # (a file that cannot be read: its load will say why)
+        if n > 0:
+            return True, ""
+        if getattr(pair.target, "mtp", False):
+            return False, (
+                f"MTP: {Path(path).name} on disk has no MTP layers (a copy of the plain file?); "
+                f"the MTP file is in {pair.target.repo}"
+            )
+        return False, f"MTP: {Path(path).name} has no MTP layers (nextn_predict_layers = 0)"
+    if getattr(pair.target, "mtp", False):
+        return True, ""
+    return False, f"MTP: {pair.target.filename} has no MTP layers"
+
+
+def _nextn_layers(path: Path) -> int | None:
+    """The file's MTP layers, None where it cannot be read (read once per file version)."""
+    try:
+        return _nextn_of(path, path.stat().st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _nextn_of(path: Path, mtime_ns: int) -> int | None:
+    from ...llama import ggufinfo
+
+    try:
+        return ggufinfo.read_info(path).nextn_layers
+    except (ggufinfo.GgufError, OSError, ValueError):
+        return None
 
 
 class PairScreen(ModalScreen[PairChoice | None]):
@@ -61,18 +127,20 @@ class PairScreen(ModalScreen[PairChoice | None]):
         adaptive: bool,
         p_min: float,
         expected: Callable[[Any], str | None] | None = None,
+        locate: Locate | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
         self.catalog = catalog
         self.present = present
         self.expected = expected  # pair -> "expected here: ..." from this machine's profiles
+        self.locate = locate  # ref -> its file on disk, or None
         self.selected = selected or catalog.default_pair_id
         self.draft_choice = draft_choice
         self.draft_max, self.adaptive, self.p_min = draft_max, adaptive, p_min
         self.ram = memory_total()
 
     def _pair_label(self, pair) -> Text:
-        refs = [pair.target] + list(pair.drafts[:1])
+        refs = [pair.target] + ([pair.default_draft] if pair.default_draft else [])
         size = sum(r.size_bytes or 0 for r in refs)
         have = all(self.present(r) for r in refs)
         text = Text()
@@ -101,6 +169,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
             with Horizontal(classes="field-row"):
                 yield Label("draft", classes="field-label")
                 yield Select([("none (target alone)", "none")], allow_blank=False, id="draft-select")
+            yield Static("", id="drafter-notes", classes="dim")
             with Horizontal(classes="field-row"):
                 yield Label("max draft k", classes="field-label")
                 yield Input(
@@ -135,7 +204,9 @@ class PairScreen(ModalScreen[PairChoice | None]):
         pair = self.pair
         if pair is None:
             return
-        options = draft_options(pair)
+        options, why_not = drafters(pair, self.locate)
+        notes = Text("\n".join(f"not offered: {line}" for line in why_not), style="dim")
+        self.query_one("#drafter-notes", Static).update(notes)
         select = self.query_one("#draft-select", Select)
         select.set_options(options)
         values = [v for _, v in options]
@@ -164,7 +235,9 @@ class PairScreen(ModalScreen[PairChoice | None]):
             self.query_one("#pair-error", Static).update(Text(f"{e} ('auto' picks k itself)", style="red"))
             return
         value = self.query_one("#draft-select", Select).value
-        if isinstance(value, str) and value.startswith("draft:"):
+        if value == "mtp":
+            draft, mode = None, "mtp"
+        elif isinstance(value, str) and value.startswith("draft:"):
             name = value.split(":", 1)[1]
             draft = next(d for d in compatible_drafts(pair) if d.filename == name)
             mode = "draft"
