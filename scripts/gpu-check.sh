@@ -17,8 +17,14 @@
 # Results go to $OUT (the device tool's output folder) or gpu-check-out/: one JSON per target,
 # the log, and summary.md. docs/benchmarks.md says how the figures there were made.
 #
+# Then a hybrid target with its own MTP layer (random weights of Qwen3.5-9B's shape, a 7B-class
+# model: gated delta-net layers beside attention): `localspec bench --mtp` gives an MTP pass
+# against T(1) and the predicted speed-up at acceptance 0.6-0.8, and scripts/rollback_cost.py
+# what one rejected draft costs at 100 and 2,000 tokens of context.
+#
 # Environment knobs: GPU_CHECK_TARGETS (default "7b:q4_k_m 1.5b:f16 1.5b:q4_k_m 7b:f16", run in
-# that order so the most important figures land first), GPU_CHECK_FA=1 to compile llama.cpp's
+# that order so the most important figures land first), GPU_CHECK_HYBRID (default
+# "qwen3.5-9b:q4_k_m"; empty skips it), GPU_CHECK_FA=1 to compile llama.cpp's
 # flash-attention kernels too (about 5 more minutes of build), GPU_CHECK_TOKENS (default 128).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -140,9 +146,25 @@ run() {
       | tee "$out/bench-$name.md" || echo "bench of $name failed"
     echo "after $((SECONDS - t0)) s"
   done
+  local hybrid
+  [ $cpu = 1 ] && hybrid=${GPU_CHECK_HYBRID-"qwen3.5-tiny:f16"} || hybrid=${GPU_CHECK_HYBRID-"qwen3.5-9b:q4_k_m"}
+  [ -n "$hybrid" ] && hybrid_check "$models" "$out" "$hybrid" "$threads" "${extra[@]}"
   say "summary"
   python3 "$REPO/scripts/gpu_check_report.py" "$out"/bench-*.json | tee "$out/summary.md"
   echo "total $((SECONDS - t0)) s"
+}
+
+hybrid_check() {  # $1 models dir, $2 out dir, $3 SHAPE:TYPE, $4 threads; extra bench args follow
+  local models=$1 out=$2 spec=$3 threads=$4 name
+  shift 4
+  name=${spec/:/-}
+  say "hybrid target with MTP: $name"
+  python3 -m tests.support.random_gguf "$models" --models "$spec" --threads "$threads" || return 0
+  python3 -m localspec bench --target "$models/random-$name.gguf" --mtp --no-copy --suite default --quick \
+    --max-tokens "${GPU_CHECK_TOKENS:-128}" --repeats 2 --json "$out/bench-$name.json" "$@" \
+    | tee "$out/bench-$name.md" || echo "bench of $name failed"
+  python3 "$REPO/scripts/rollback_cost.py" "$models/random-$name.gguf" --contexts 100,2000 \
+    --json "$out/rollback-$name.json" | tee "$out/rollback-$name.md" || echo "rollback cost of $name failed"
 }
 
 case "${1:-}" in

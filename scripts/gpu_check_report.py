@@ -40,7 +40,13 @@ def target_section(rep: dict) -> list[str]:
         + ", ".join(f"{k}: {ratio[k]:.2f}" for k in ("2", "4", "8", "9", "12", "16") if k in ratio)
     )
     if draft:
-        lines.append(f"Draft pass: {draft * 1000:.2f} ms = {draft / t1:.2f} x T(1)")
+        what = "MTP pass" if rep.get("draft") == "MTP" else "Draft pass"
+        lines.append(f"{what}: {draft * 1000:.2f} ms = {draft / t1:.2f} x T(1)")
+    if curve.get("predicted_at_acceptance"):
+        lines.append(
+            "Predicted speed-up at acceptance "
+            + ", ".join(f"{a}: {v:.2f}x" for a, v in curve["predicted_at_acceptance"].items())
+        )
     lines += [
         "",
         "| mode | median speed-up | min | acceptance | tokens/pass | overhead ms/pass | overhead share | identical |",
