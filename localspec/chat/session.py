@@ -161,8 +161,9 @@ class Session:
         say(plan.summary)
         say(f"loading target {spec.target.name}")
         # a hybrid target (Qwen3.5's delta-net layers) keeps states to roll back a whole draft
+        snapshots = ggufinfo.snapshots_for(ggufinfo.state_bytes(spec.target), options.draft_max)
         target = backend.LlamaModel.load(
-            spec.target, options.n_ctx, options.threads, plan.target_layers, snapshots=options.draft_max, mtp=spec.mtp
+            spec.target, options.n_ctx, options.threads, plan.target_layers, snapshots=snapshots, mtp=spec.mtp
         )
         if check_target is not None:  # e.g. the prompt fits: say so before the draft loads
             try:

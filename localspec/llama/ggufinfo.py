@@ -27,6 +27,7 @@ from typing import Any
 import gguf
 import numpy as np
 
+from ..core.options import MAX_DRAFT as MAX_SNAPSHOTS  # (the longest draft a verify drops)
 from .compat import VocabInfo
 from .offload import ModelLayout
 
@@ -174,7 +175,10 @@ def read_model_layout(path: Path | str) -> ModelLayout:
     if "output.weight" not in sizes:
         output += sizes.get("token_embd.weight", 0)
     ctx = meta.get(f"{arch}.context_length")
-    return ModelLayout(n_layer, tuple(blocks), output, kv_bytes_per_token(meta, arch), int(ctx) if ctx else None)
+    state = recurrent_state_bytes(meta, arch)
+    state *= 1 + snapshots_for(state, MAX_SNAPSHOTS)  # (at most: SNAPSHOT_BUDGET caps the copies)
+    kv = kv_bytes_per_token(meta, arch)
+    return ModelLayout(n_layer, tuple(blocks), output, kv, int(ctx) if ctx else None, state_bytes=state)
 
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
@@ -465,6 +469,52 @@ def kv_bytes_per_token(meta: dict, arch: str) -> int:
     k_dim = get("attention.key_length", n_embd // max(n_head, 1))
     v_dim = get("attention.value_length", k_dim)
     return attention_layers(meta, arch, int(n_layer)) * int(n_kv) * (int(k_dim) + int(v_dim)) * 2
+
+
+# Tuning choice: llama.cpp keeps n_rs_seq copies of a hybrid model's recurrent state so that a
+# verify rolls back for free (llama/recurrent.py); each copy is the whole state (about 18 MB
+# for Qwen3.5-2B's shape, 150 MB for a 27B). At most this much memory goes to them; a verify
+# longer than the copies rolls back from a checkpoint instead (a state copy and the kept tokens
+# evaluated again: time, not memory). 1 GiB is --draft-max's default of 16 copies up to a
+# Qwen3.5-9B (48 MB each) and 6 for a 27B, against 17 GB of weights.
+SNAPSHOT_BUDGET = 1 << 30
+
+
+def snapshots_for(state_bytes: int, draft_max: int) -> int:
+    """How many recurrent-state copies a target keeps (llama.cpp's n_rs_seq): one per token of
+    the longest draft, within SNAPSHOT_BUDGET; any number where there is no recurrent state."""
+    return draft_max if state_bytes <= 0 else max(0, min(draft_max, SNAPSHOT_BUDGET // state_bytes))
+
+
+def state_bytes(path: Path | str) -> int:
+    """``recurrent_state_bytes`` of a file (0 for one that cannot be read: its load says why)."""
+    try:
+        meta, _ = read_metadata(path)
+    except (GgufError, OSError):
+        return 0
+    return recurrent_state_bytes(meta, _text(meta.get("general.architecture", b"")))
+
+
+def recurrent_state_bytes(meta: dict, arch: str) -> int:
+    """One copy of a recurrent model's state, all its recurrent layers (F32, as llama.cpp keeps
+    it): for the gated delta-net and Mamba-2 layers the ``ssm`` keys describe, a convolution
+    state of ``(d_conv - 1) x (d_inner + 2 n_group d_state)`` and a state of ``d_state x d_inner``
+    (llama.cpp's n_embd_r and n_embd_s); 0 for a model without them."""
+
+    def get(key: str) -> int:
+        v = meta.get(f"{arch}.ssm.{key}", 0)
+        return int(v) if _is_int(v) else 0
+
+    d_conv, d_inner, d_state, n_group = get("conv_kernel"), get("inner_size"), get("state_size"), get("group_count")
+    if not (d_conv and d_inner and d_state):
+        return 0
+    n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
+    # a hybrid's trunk: every full_attention_interval-th layer attends, the rest are recurrent
+    recurrent = (
+        n_layer - attention_layers(meta, arch, n_layer) if f"{arch}.full_attention_interval" in meta else n_layer
+    )
+    per_layer = (d_conv - 1) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
+    return 4 * per_layer * max(recurrent, 0)
 
 
 def attention_layers(meta: dict, arch: str, n_layer: int) -> int:

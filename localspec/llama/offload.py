@@ -61,6 +61,7 @@ class ModelLayout:
     output_bytes: int  # output norm + output matrix (the token embeddings again when tied)
     kv_bytes_per_token: int  # F16 K and V per context token, all layers
     context_length: int | None = None  # the model's own; llama.cpp caps n_ctx at it
+    state_bytes: int = 0  # a recurrent model's state and its snapshot copies, all layers
 
     @property
     def total(self) -> int:
@@ -78,7 +79,7 @@ class ModelLayout:
             return 0
         blocks = n - 1  # the output layer goes first, then the blocks from the top down
         ctx = min(n_ctx, self.context_length) if self.context_length else n_ctx
-        kv = self.kv_bytes_per_token * ctx * blocks // max(self.n_layer, 1)
+        kv = (self.kv_bytes_per_token * ctx + self.state_bytes) * blocks // max(self.n_layer, 1)
         return self.output_bytes + sum(self.block_bytes[self.n_layer - blocks :]) + kv
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..units import gb, memory_available
 from . import ggufinfo
-from .ggufinfo import kv_bytes_per_token
+from .ggufinfo import MAX_SNAPSHOTS, kv_bytes_per_token, recurrent_state_bytes, snapshots_for
 
 # Tuning choice: llama.cpp's compute buffers are a few hundred MB for 1-8B models at 4k
 # context; 10% of weights + KV is a round figure that covers them without refusing models
@@ -202,7 +202,7 @@ class ModelFileInfo:
     arch: str
     file_bytes: int  # every part of a split model
     n_ctx: int  # the context the estimate used: the requested one, capped at the model's own
-    kv_bytes: int  # F16 K and V for n_ctx tokens, all layers
+    kv_bytes: int  # F16 K and V for n_ctx tokens, all layers (and a recurrent state's copies)
     host_fraction: float  # share of the layers that stay in host memory (not offloaded)
 
     @property
@@ -257,9 +257,15 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
         arch=arch,
         file_bytes=_split_total(path, meta, size),
         n_ctx=n_ctx,
-        kv_bytes=kv_bytes_per_token(meta, arch) * n_ctx,
+        kv_bytes=kv_bytes_per_token(meta, arch) * n_ctx + state_with_snapshots(meta, arch),
         host_fraction=_host_fraction(n_layer, gpu_layers),
     )
+
+
+def state_with_snapshots(meta: dict, arch: str) -> int:
+    """A recurrent model's state and, at most, the snapshot copies a target keeps of it."""
+    state = recurrent_state_bytes(meta, arch)
+    return state * (1 + snapshots_for(state, MAX_SNAPSHOTS))
 
 
 def check_architecture(path: Path, arch: str) -> None:
