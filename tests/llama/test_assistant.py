@@ -11,7 +11,7 @@ import pytest
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.llama.assistant import AssistantModel
 from localspec.llama.backend import LlamaModel, ModelLoadError
-from tests.support.forced import GREEDY, generate
+from tests.support.forced import GREEDY, beside_target_alone, generate
 from tests.support.gemma4_gguf import Gemma4Shape, write_tiny_assistant, write_tiny_gemma4
 from tests.support.tiny_gguf import write_tiny_gguf
 
@@ -61,13 +61,10 @@ def draft_mtp(assistant, context, k, state=None):
 class TestGreedy:
     @pytest.mark.parametrize("k", [1, 3])
     def test_forced_drafting_is_the_target_alone(self, target, assistant, k):
-        prompt = target.tokenize(TEXT)
-        expected, _ = generate(target, NoDrafter(), 0, prompt)
-        target.truncate(0)
-        got, steps = generate(target, ModelDrafter(assistant, target.n_vocab), k, prompt)
+        expected, got, drafted, accepted = beside_target_alone(
+            target, ModelDrafter(assistant, target.n_vocab), k, target.tokenize(TEXT)
+        )
         assert got == expected
-        drafted = sum(len(s.drafted) for s in steps)
-        accepted = sum(s.n_accepted for s in steps)
         assert 0 < accepted < drafted  # some drafts kept, some rejected and rolled back
 
     def test_the_drafts_are_llama_cpps(self, target, assistant):

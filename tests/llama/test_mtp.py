@@ -12,7 +12,7 @@ from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.sampling import SamplingParams, process
 from localspec.llama.backend import LlamaModel, ModelLoadError
 from localspec.llama.mtp import MtpModel
-from tests.support.forced import GREEDY, generate
+from tests.support.forced import GREEDY, beside_target_alone, generate
 from tests.support.hybrid_gguf import write_tiny_qwen35
 
 TEXT = "hello world def code the model is fast"
@@ -40,13 +40,10 @@ class TestGreedy:
     @pytest.mark.parametrize("k", [1, 3, 6])
     def test_forced_drafting_is_the_target_alone(self, pair, k):
         target, mtp = pair
-        prompt = target.tokenize(TEXT)
-        expected, _ = generate(target, NoDrafter(), 0, prompt)
-        target.truncate(0)
-        got, steps = generate(target, ModelDrafter(mtp, target.n_vocab), k, prompt)
+        expected, got, drafted, accepted = beside_target_alone(
+            target, ModelDrafter(mtp, target.n_vocab), k, target.tokenize(TEXT)
+        )
         assert got == expected
-        drafted = sum(len(s.drafted) for s in steps)
-        accepted = sum(s.n_accepted for s in steps)
         assert 0 < accepted < drafted  # some drafts kept, some rejected and rolled back
 
     def test_accepted_and_rejected_are_counted_against_the_target_alone(self, pair):

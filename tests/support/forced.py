@@ -22,3 +22,14 @@ def generate(
     engine = SpeculativeEngine(target, drafter, fixed(k))
     steps = list(engine.generate(prompt, params, n))
     return [t for s in steps for t in s.emitted], steps
+
+
+def beside_target_alone(target, drafter, k: int, prompt, n: int = 60) -> tuple[list[int], list[int], int, int]:
+    """(the target alone's greedy reply, the reply with ``drafter`` drafting ``k`` every step,
+    tokens drafted, tokens accepted); the target's cache is emptied between the two."""
+    from localspec.core.drafters import NoDrafter
+
+    expected, _ = generate(target, NoDrafter(), 0, prompt, n)
+    target.truncate(0)
+    got, steps = generate(target, drafter, k, prompt, n)
+    return expected, got, sum(len(s.drafted) for s in steps), sum(s.n_accepted for s in steps)
