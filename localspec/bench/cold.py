@@ -9,6 +9,7 @@ and writes the same data dir (profiles.json) as the user's own runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -19,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from .report import median_or_none
 
@@ -107,40 +109,53 @@ def run_cold(
     repeats: int,
     spawn: Callable[[Sequence[str], str], subprocess.CompletedProcess] = spawn_run,
     progress: Callable[[int, int, str], None] | None = None,
+    done: Sequence[ColdRun] = (),
+    on_run: Callable[[list[ColdRun]], None] | None = None,
 ) -> list[ColdRun]:
     """Every task of :func:`cold_plan` as ``base + configs[config] + --temp T -``, one fresh
     process each. ``base`` is the ``localspec run --json`` command with the model options.
     No --seed: a seeded sampled reply drafts the fixed length chosen at load
-    (``core.modes.repeatable``), which is not auto mode."""
+    (``core.modes.repeatable``), which is not auto mode. ``done``: runs an interrupted bench
+    finished (their tasks are skipped); ``on_run`` is called with all runs after each new one."""
     plan = cold_plan(suite, list(configs), temperatures, repeats)
+    finished = {run_key(r) for r in done}
     say = progress or (lambda *_: None)
-    runs = []
-    for done, task in enumerate(plan):
-        say(done, len(plan), f"{task.prompt['id']} {task.config} t={task.temperature} (cold)")
-        argv = [*base, *configs[task.config], "--temp", f"{task.temperature:g}", "-"]
-        start = time.perf_counter()
-        proc = spawn(argv, task.prompt["prompt"])
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            err = proc.stderr.decode("utf-8", "replace").strip()[-2000:]
-            raise ColdRunFailed(f"{shlex.join(argv)} exited with {proc.returncode}:\n{err}")
-        try:
-            out = json.loads(proc.stdout)
-        except json.JSONDecodeError as e:
-            raise ColdRunFailed(f"{shlex.join(argv)} printed no JSON object ({e})") from e
-        runs.append(
-            ColdRun(
-                prompt_id=task.prompt["id"],
-                category=task.prompt["category"],
-                config=task.config,
-                temperature=task.temperature,
-                repeat=task.repeat,
-                wall_seconds=wall,
-                out=out,
-            )
-        )
+    runs = list(done)
+    for n, task in enumerate(plan):
+        if (task.prompt["id"], task.temperature, task.repeat, task.config) in finished:
+            continue
+        say(n, len(plan), f"{task.prompt['id']} {task.config} t={task.temperature} (cold)")
+        runs.append(_one_run(task, [*base, *configs[task.config], "--temp", f"{task.temperature:g}", "-"], spawn))
+        if on_run:
+            on_run(runs)
     say(len(plan), len(plan), "done")
     return runs
+
+
+def run_key(run: ColdRun) -> tuple[str, float, int, str]:
+    return (run.prompt_id, run.temperature, run.repeat, run.config)
+
+
+def _one_run(task: ColdTask, argv: list[str], spawn) -> ColdRun:
+    start = time.perf_counter()
+    proc = spawn(argv, task.prompt["prompt"])
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip()[-2000:]
+        raise ColdRunFailed(f"{shlex.join(argv)} exited with {proc.returncode}:\n{err}")
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        raise ColdRunFailed(f"{shlex.join(argv)} printed no JSON object ({e})") from e
+    return ColdRun(
+        prompt_id=task.prompt["id"],
+        category=task.prompt["category"],
+        config=task.config,
+        temperature=task.temperature,
+        repeat=task.repeat,
+        wall_seconds=wall,
+        out=out,
+    )
 
 
 def collapse_floor(fixed_drafted: Sequence[int]) -> float | None:
@@ -246,15 +261,81 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+def code_digest() -> str:
+    """A digest of the localspec package's sources (the code every run's process imports): a
+    resumed bench must run the code its first runs ran."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".json", ".toml") and "__pycache__" not in path.parts:
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cold_plan_identity(
+    suite: dict, base: Sequence[str], configs: dict[str, list[str]], temperatures: Sequence[float], repeats: int
+) -> dict:
+    """What runs must share to be one measurement: the machine, the code, the commands, the
+    prompts' texts, the temperatures and the repeats. An unfinished report keeps it, and
+    ``--resume`` continues only a report whose identity is this one."""
+    prompts = json.dumps([[p["id"], p["prompt"]] for p in suite["prompts"]], ensure_ascii=False)
+    return {
+        "machine": {"cpu": cpu_model(), "cpu_count": os.cpu_count()},
+        "code": code_digest(),
+        "commands": {c: [*base, *flags] for c, flags in configs.items()},
+        "prompts": hashlib.sha256(prompts.encode()).hexdigest()[:16],
+        "temperatures": [float(t) for t in temperatures],
+        "repeats": repeats,
+    }
+
+
+# what each part of a plan's identity means, for the message that refuses a resume
+IDENTITY_WORDS = {
+    "machine": "the machine (CPU)",
+    "code": "localspec's code",
+    "commands": "the model or drafting options",
+    "prompts": "the prompts (suite, --prompts)",
+    "temperatures": "the temperatures",
+    "repeats": "--repeats",
+}
+
+
+def resume_problem(previous: dict, identity: dict) -> str | None:
+    """Why ``previous`` (an unfinished --cold report) cannot be continued by a bench of
+    ``identity``, in words; None when it can."""
+    if not previous.get("cold") or "plan" not in previous or previous.get("complete", True):
+        return "it is not an unfinished `localspec bench --cold` report"
+    changed = [IDENTITY_WORDS[k] for k in IDENTITY_WORDS if previous["plan"].get(k) != identity.get(k)]
+    return f"{', '.join(changed)} changed since its runs ran" if changed else None
+
+
+def runs_from(report: dict) -> list[ColdRun]:
+    """The runs a report keeps, as ColdRuns again."""
+    fields = ("prompt_id", "category", "config", "temperature", "repeat", "wall_seconds", "out")
+    return [ColdRun(**{f: r[f] for f in fields}) for r in report.get("runs", [])]
+
+
 def cold_report(
-    runs: Sequence[ColdRun], suite: dict, base: Sequence[str], configs: dict[str, list[str]], repeats: int
+    runs: Sequence[ColdRun],
+    suite: dict,
+    base: Sequence[str],
+    configs: dict[str, list[str]],
+    repeats: int,
+    plan: dict | None = None,
+    planned: int | None = None,
 ) -> dict:
     """The report of a --cold bench: machine and command, each configuration's command, one
-    row per prompt and temperature, the summary, and every run."""
+    row per prompt and temperature, the summary, and every run. ``plan``: the bench's
+    :func:`cold_plan_identity`; ``planned``: how many runs it has in all (a report with fewer
+    is unfinished, and ``--resume`` continues it)."""
     rows = cold_rows(runs)
+    planned = len(runs) if planned is None else planned
     return {
         "cold": True,
-        "machine": {"cpu": cpu_model(), "cpu_count": os.cpu_count()},
+        "complete": len(runs) >= planned,
+        "planned": planned,
+        "machine": plan["machine"] if plan else {"cpu": cpu_model(), "cpu_count": os.cpu_count()},
+        "plan": plan,
         "command": shlex.join(["localspec", *sys.argv[1:]]),  # this process's, as typed
         "configs": {c: shlex.join([*base, *flags, "--temp", "T", "-"]) for c, flags in configs.items()},
         "target": _flag_value(base, "--target"),
@@ -279,6 +360,7 @@ def cold_markdown(rep: dict) -> str:
         f"suite {rep['suite']}, {rep['max_tokens']} tokens, {rep['repeats']} repeat(s), "
         f"CPU {rep['machine']['cpu']} ({rep['machine']['cpu_count']} CPUs).",
         f"Command: `{rep['command']}`",
+        *_unfinished(rep),
         "",
         "| prompt | temp | auto tok/s | fixed k=4 tok/s | target tok/s | auto ÷ fixed | fixed ÷ target "
         "| auto ÷ target | auto drafted | fixed drafted | collapses | identical (auto, fixed) | flag |",
@@ -306,3 +388,12 @@ def cold_markdown(rep: dict) -> str:
         f"below {AUTO_OVER_FIXED_FLOOR}: {', '.join(s['below_fixed_flagged']) or 'none'}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _unfinished(rep: dict) -> list[str]:
+    if rep.get("complete", True):
+        return []
+    return [
+        f"**Unfinished: {len(rep['runs'])} of {rep['planned']} runs.** The same command with `--resume` "
+        "continues it; until then a prompt's medians may rest on fewer repeats than asked."
+    ]

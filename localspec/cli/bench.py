@@ -10,6 +10,7 @@ from pathlib import Path
 from ..chat.session import ContextOverflow
 from ..core import options
 from ..core.options import DraftOptions, ModelOptions, ReplyOptions, SamplingParams
+from ..lockedfile import write_atomic
 from . import flags
 from .progress import StepProgress
 from .run import add_model_options, load_session, wants_mtp
@@ -74,6 +75,12 @@ def register(sub) -> None:
         "The processes inherit this environment, so they use the same data dir and profiles.json as your "
         "own runs",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --cold: continue the unfinished report at --json FILE (a --cold bench saves it after "
+        "every run), on the same machine, code, options and prompts",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the full report as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown tables here")
     p.add_argument(
@@ -98,6 +105,8 @@ def check_bench_flags(args) -> str | None:
     """The bench's own flags, in options' words (the model flags are checked by load_session)."""
     problems = [options.check("temperature", t) for t in args.temperature or []]
     problems.append(options.check("max_tokens", args.max_tokens) if args.max_tokens is not None else None)
+    if args.resume and not args.cold:
+        problems.append("--resume continues an unfinished --cold bench: give --cold (and its --json file)")
     if args.repeats is not None and args.repeats < 1:
         problems.append(f"--repeats must be at least 1 (got {args.repeats})")
     return next((f"error: {p}" for p in problems if p), None)
@@ -187,19 +196,69 @@ def cmd_cold(args, suite: dict) -> int:
     repeats = args.repeats or cold.COLD_REPEATS
     base = cold_base(args, suite.get("max_tokens", suites.SUITE_MAX_TOKENS))
     configs = cold.cold_configs(str(args.draft), given_flags(args, DraftOptions))
+    temperatures = args.temperature or [0.0]
+    identity = cold.cold_plan_identity(suite, base, configs, temperatures, repeats)
+    done = earlier_cold_runs(args, identity)
+    if isinstance(done, str):
+        print(f"error: {done}", file=sys.stderr)
+        return 2
+    planned = len(cold.cold_plan(suite, list(configs), temperatures, repeats))
+    report = lambda runs: cold.cold_report(runs, suite, base, configs, repeats, identity, planned)
+
+    def save(runs) -> None:  # after every run: an interrupted bench keeps what it measured
+        if args.json:
+            write_atomic(args.json, json.dumps(report(runs), indent=1, ensure_ascii=False))
+
     try:
-        runs = cold.run_cold(suite, base, configs, args.temperature or [0.0], repeats, progress=StepProgress())
-    except cold.ColdRunFailed as e:
-        print(f"\nerror: {e}", file=sys.stderr)
-        return 1
-    return write_report(args, cold.cold_report(runs, suite, base, configs, repeats), cold.cold_markdown)
+        runs = cold.run_cold(
+            suite, base, configs, temperatures, repeats, progress=StepProgress(), done=done, on_run=save
+        )
+    except (cold.ColdRunFailed, KeyboardInterrupt) as e:
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"error: {e}"
+        saved = args.json and args.json.exists()
+        kept = f"the runs so far are saved in {args.json}: add --resume to continue" if saved else "no run was saved"
+        print(f"\n{why}\n{kept}", file=sys.stderr)
+        return 130 if isinstance(e, KeyboardInterrupt) else 1
+    return write_report(args, report(runs), cold.cold_markdown)
+
+
+def earlier_cold_runs(args, identity: dict):
+    """The runs to keep from --json's unfinished report with --resume (none without), or why
+    the bench must not start: an unfinished report there is never overwritten."""
+    from ..bench import cold
+
+    previous = read_report(args.json) if args.json and args.json.exists() else None
+    unfinished = isinstance(previous, dict) and previous.get("cold") and previous.get("complete") is False
+    if not args.resume:
+        if unfinished:
+            n, planned = len(previous.get("runs", [])), previous.get("planned")
+            return (
+                f"{args.json} holds an unfinished --cold bench ({n} of {planned} runs): add --resume to "
+                "continue it, or give another --json file"
+            )
+        return []
+    if not args.json:
+        return "--resume continues the unfinished report at --json FILE: give --json"
+    if previous is None:
+        return f"--resume: {args.json} does not exist or is not JSON; without --resume the bench starts anew"
+    problem = cold.resume_problem(previous, identity)
+    if problem:
+        return f"--resume: cannot continue {args.json}: {problem}; start anew with another --json file"
+    return cold.runs_from(previous)
+
+
+def read_report(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
 
 
 def write_report(args, rep: dict, markdown) -> int:
     """The report as --json asks (first: the measurements survive whatever happens below), then
     as Markdown, printed and as --markdown asks, then drawn as --plot asks."""
     if args.json:
-        args.json.write_text(json.dumps(rep, indent=1, ensure_ascii=False))
+        write_atomic(args.json, json.dumps(rep, indent=1, ensure_ascii=False))
     md = markdown(rep)
     print(md)
     if args.markdown:

@@ -423,3 +423,80 @@ class TestColdCli:
     def test_cold_runs_its_own_configurations(self, tiny_pair, capsys, extra, message):
         assert main(["bench", "--cold", "--target", str(tiny_pair[0]), *extra]) == 2
         assert message in capsys.readouterr().err
+
+
+class TestColdResume:
+    """A --cold bench saves its report after every run; --resume continues an unfinished one."""
+
+    def test_finished_tasks_are_skipped_and_each_new_run_is_reported(self):
+        suite = {"prompts": [{"id": "p1", "category": "edit", "prompt": "x"}]}
+        first = cold.run_cold(suite, ["run"], _configs(), [0.0], 2, spawn=FakeRun())
+        fake, seen = FakeRun(), []
+        runs = cold.run_cold(
+            suite, ["run"], _configs(), [0.0], 2, spawn=fake, done=first[:4], on_run=lambda rs: seen.append(len(rs))
+        )
+        assert len(fake.calls) == 2 and seen == [5, 6]
+        assert sorted(map(cold.run_key, runs)) == sorted(map(cold.run_key, first))
+
+    def test_a_report_gives_back_its_runs(self):
+        runs = [cold_run(TARGET, 0, 10.0, 0), cold_run(FIXED, 0, 14.0, 84)]
+        rep = json.loads(json.dumps(cold.cold_report(runs, {"name": "t"}, ["--target", "t"], _configs(), 1, None, 3)))
+        assert rep["complete"] is False and rep["planned"] == 3
+        assert cold.runs_from(rep) == runs
+        assert "Unfinished: 2 of 3 runs" in cold.cold_markdown(rep)
+
+    def test_a_resume_names_what_changed(self):
+        suite = {"prompts": [{"id": "p1", "category": "edit", "prompt": "x"}]}
+        identity = cold.cold_plan_identity(suite, ["run"], _configs(), [0.0], 5)
+        rep = cold.cold_report([], suite, ["run"], _configs(), 5, identity, 15)
+        assert cold.resume_problem(rep, identity) is None
+        other = {**identity, "repeats": 3, "machine": {"cpu": "another", "cpu_count": 2}}
+        assert cold.resume_problem(rep, other) == "the machine (CPU), --repeats changed since its runs ran"
+        edited = {"prompts": [{"id": "p1", "category": "edit", "prompt": "y"}]}
+        assert "the prompts" in cold.resume_problem(rep, cold.cold_plan_identity(edited, ["run"], _configs(), [0.0], 5))
+        assert "not an unfinished" in cold.resume_problem({**rep, "complete": True}, identity)
+
+    def test_an_interrupted_bench_is_kept_and_resumed(self, tiny_pair, tmp_path, monkeypatch, capsys):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps({**SUITE, "max_tokens": 8}))
+        out = tmp_path / "r.json"
+        argv = ["bench", "--cold", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--suite", str(suite)]
+        argv += ["--repeats", "2", "--json", str(out)]
+        started = []
+
+        def fake(args, *a, stop_after=None, **kw):
+            if args[:4] != [sys.executable, "-m", "localspec", "run"]:
+                return real(args, *a, **kw)
+            if stop_after is not None and len(started) == stop_after:
+                raise KeyboardInterrupt
+            started.append(args)
+            text = json.dumps({"tokens_per_second": 10.0, "n_drafted": 4, "text": "x"}).encode()
+            return subprocess.CompletedProcess(args, 0, text, b"")
+
+        real = subprocess.run
+        monkeypatch.setattr(subprocess, "run", lambda *a, **kw: fake(*a, stop_after=5, **kw))
+        assert main(argv) == 130
+        assert "saved in" in capsys.readouterr().err
+        rep = json.loads(out.read_text())
+        assert (len(rep["runs"]), rep["planned"], rep["complete"]) == (5, 12, False)
+
+        assert main(argv) == 2  # never overwritten without --resume
+        assert "holds an unfinished --cold bench (5 of 12 runs): add --resume" in capsys.readouterr().err
+        assert main([*argv[:-4], "--repeats", "3", "--json", str(out), "--resume"]) == 2
+        assert "--repeats changed since its runs ran" in capsys.readouterr().err
+        assert len(json.loads(out.read_text())["runs"]) == 5
+
+        monkeypatch.setattr(subprocess, "run", fake)
+        assert main([*argv, "--resume"]) == 0
+        rep = json.loads(out.read_text())
+        assert len(started) == 12 and rep["complete"] is True and len(rep["runs"]) == 12
+        assert len({cold.run_key(r) for r in cold.runs_from(rep)}) == 12
+
+    def test_resume_needs_cold_and_a_report(self, tiny_pair, tmp_path, capsys):
+        assert main(["bench", "--target", str(tiny_pair[0]), "--resume"]) == 2
+        assert "give --cold" in capsys.readouterr().err
+        cold_args = ["bench", "--cold", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--resume"]
+        assert main(cold_args) == 2
+        assert "give --json" in capsys.readouterr().err
+        assert main([*cold_args, "--json", str(tmp_path / "none.json")]) == 2
+        assert "does not exist" in capsys.readouterr().err
