@@ -180,7 +180,7 @@ class ModelDrafter(DrafterBase):
         history = list(context[-max(params.repeat_last_n, 1) :])
         rule = MarginalRule(self.costs, k, draft_max) if self.costs and self.costs.verify else None
         while True:
-            logits = self._fit(rows[0])
+            logits = fit_vocab(rows[0], self.n_vocab_target, self._banned)
             token, q, top_p = self._choose(logits, history, params, rng)
             if not self._keep(len(ids), top_p, rule):
                 break
@@ -233,24 +233,30 @@ class ModelDrafter(DrafterBase):
             return top_p >= self.p_min
         return (i == 0 or top_p >= self.p_min) and rule.keep(top_p)
 
-    def _fit(self, row: np.ndarray) -> np.ndarray:
-        """The draft's logits on the target's vocabulary, banned ids at -inf."""
-        n = self.n_vocab_target
-        out = np.full(n, -np.inf, dtype=np.float32)
-        m = min(n, row.shape[0])
-        out[:m] = row[:m]
-        if len(self._banned):
-            out[self._banned[self._banned < n]] = -np.inf
-        return out
-
     def _choose(self, logits, history, params: SamplingParams, rng):
-        if params.greedy:
-            z = apply_repeat_penalty(logits, history, params)
-            top = int(np.argmax(z))
-            # top probability of the temperature-1 softmax, for the p_min stop
-            return top, None, float(1.0 / np.exp(z - z[top]).sum())
-        q = process(logits, history, params)
-        return sample(q, rng), q, float(q.max())
+        return choose_token(logits, history, params, rng)  # a subclass may watch (scripts/parity_llamacpp.py)
+
+
+def fit_vocab(row: np.ndarray, n_vocab: int, banned: np.ndarray) -> np.ndarray:
+    """A draft's logits on the target's vocabulary of ``n_vocab`` ids, ``banned`` ids at -inf."""
+    out = np.full(n_vocab, -np.inf, dtype=np.float32)
+    m = min(n_vocab, row.shape[0])
+    out[:m] = row[:m]
+    if len(banned):
+        out[banned[banned < n_vocab]] = -np.inf
+    return out
+
+
+def choose_token(logits: np.ndarray, history, params: SamplingParams, rng) -> tuple[int, np.ndarray | None, float]:
+    """The draft's token, its processed distribution q_draft (None when greedy) and its
+    confidence: greedy, the top probability of the temperature-1 softmax (for the p_min stop);
+    sampling, q_draft's largest probability."""
+    if params.greedy:
+        z = apply_repeat_penalty(logits, history, params)
+        top = int(np.argmax(z))
+        return top, None, float(1.0 / np.exp(z - z[top]).sum())
+    q = process(logits, history, params)
+    return sample(q, rng), q, float(q.max())
 
 
 class PromptLookupDrafter(DrafterBase):

@@ -100,7 +100,7 @@ class SpeculativeEngine:
         while True:
             room = self.target.n_ctx - len(context)
             if room < 1:
-                yield self._final(stream, "context", prefill)
+                yield final_step(stream, "context", prefill)
                 return
             step = self._step(context, params, rng, stream, max_tokens - n_out, room, prefill)
             prefill = 0.0
@@ -208,21 +208,24 @@ class SpeculativeEngine:
             return kept[:budget], "length"
         return kept, None
 
-    def _final(self, stream: TextStream, finish: Finish, prefill: float) -> Step:
-        return Step(
-            drafted=(),
-            n_accepted=0,
-            token=-1,
-            emitted=(),
-            text=stream.flush(),
-            k=0,
-            predicted_speedup=float("nan"),
-            prefill_seconds=prefill,
-            draft_seconds=0.0,
-            verify_seconds=0.0,
-            step_seconds=0.0,
-            finish=finish,
-        )
+
+def final_step(stream: TextStream, finish: Finish, prefill: float) -> Step:
+    """A step that drafts and evaluates nothing: the reply ends (the context is full) with
+    whatever text the stream still holds."""
+    return Step(
+        drafted=(),
+        n_accepted=0,
+        token=-1,
+        emitted=(),
+        text=stream.flush(),
+        k=0,
+        predicted_speedup=float("nan"),
+        prefill_seconds=prefill,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
+        step_seconds=0.0,
+        finish=finish,
+    )
 
 
 class _Choices:
