@@ -213,11 +213,12 @@ def cold_row(runs: Sequence[ColdRun]) -> dict:
 
 def _cold_identity(by: dict[str, list[ColdRun]]) -> dict[str, str]:
     """'k/n': in how many of n repeats the configuration's text is the target alone's of the
-    same repeat (greedy replies must be the target's own)."""
+    same repeat (greedy replies must be the target's own); a repeat whose target-alone run has
+    not run yet (an unfinished report) is not counted."""
     ref = {r.repeat: r.out.get("text") for r in by[COLD_TARGET]}
     out = {}
     for config in (COLD_AUTO, COLD_FIXED):
-        same = [r.repeat in ref and r.out.get("text") == ref[r.repeat] for r in by[config]]
+        same = [r.out.get("text") == ref[r.repeat] for r in by[config] if r.repeat in ref]
         out[config] = f"{sum(same)}/{len(same)}"
     return out
 

@@ -444,6 +444,11 @@ class TestColdResume:
         assert rep["complete"] is False and rep["planned"] == 3
         assert cold.runs_from(rep) == runs
         assert "Unfinished: 2 of 3 runs" in cold.cold_markdown(rep)
+        # a drafting run whose target-alone twin has not run yet is not compared
+        early = cold.cold_row(
+            [cold_run(FIXED, 0, 14.0, 84), cold_run(TARGET, 0, 10.0, 0), cold_run(FIXED, 1, 14.0, 84)]
+        )
+        assert early["identical"] == {AUTO: "0/0", FIXED: "1/1"}
 
     def test_a_resume_names_what_changed(self):
         suite = {"prompts": [{"id": "p1", "category": "edit", "prompt": "x"}]}
