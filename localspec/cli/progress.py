@@ -36,23 +36,35 @@ def _bars(stream: TextIO, *columns: ProgressColumn, transient: bool = False) -> 
 
 
 class StepProgress:
-    """``progress(done, total, label)`` for counted work (the bench's runs)."""
+    """``progress(done, total, label)`` for counted work (the bench's runs), with the time left
+    estimated from the steps this process has done (a resumed bench starts past 0)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, clock=time.monotonic) -> None:
         self.stream = stream or sys.stderr
-        self._rich = _bars(self.stream, MofNCompleteColumn(), TimeElapsedColumn())
+        self.clock = clock
+        self._rich = _bars(self.stream, MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
         self._task: TaskID | None = None
+        self._start: tuple[float, int] | None = None  # (time, done) of the first call
 
     def __call__(self, done: int, total: int, label: str) -> None:
         if self._rich is None:
-            print(f"[{done}/{total}] {label}", file=self.stream, flush=True)
+            print(f"[{done}/{total}] {label}{self._left(done, total)}", file=self.stream, flush=True)
             return
         if self._task is None:
             self._rich.start()
-            self._task = self._rich.add_task(label, total=total)
+            self._task = self._rich.add_task(label, total=total, completed=done)
         self._rich.update(self._task, completed=done, total=total, description=label[:50])
         if done >= total:
             self._rich.stop()
+
+    def _left(self, done: int, total: int) -> str:
+        now = self.clock()
+        if self._start is None:
+            self._start = (now, done)
+        t0, done0 = self._start
+        if done <= done0 or done >= total:
+            return ""
+        return f" · about {minutes_seconds((total - done) * (now - t0) / (done - done0))} left"
 
 
 class ByteProgress:

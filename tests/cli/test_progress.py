@@ -23,6 +23,14 @@ class TestPiped:
         p(3, 3, "done")
         assert out.getvalue() == "[0/3] warm-up\n[3/3] done\n"
 
+    def test_the_time_left_comes_from_this_process_s_own_steps(self):
+        out, now = io.StringIO(), [100.0]
+        p = StepProgress(out, clock=lambda: now[0])
+        p(40, 100, "resumed at 40")  # a resumed bench: 40 runs were done before
+        now[0] += 60.0
+        p(42, 100, "two runs later")  # 30 s a run, 58 to go
+        assert out.getvalue().splitlines() == ["[40/100] resumed at 40", "[42/100] two runs later · about 29:00 left"]
+
     def test_downloads_print_rarely_and_at_the_end_without_escape_codes(self):
         out = io.StringIO()
         p = ByteProgress(out)
