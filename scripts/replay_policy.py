@@ -4,7 +4,7 @@
         --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96] [--suite heldout]
     .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
-        [--cold [--no-profile]] [--set controller.OPENING_STEPS=0]
+        [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
 and keeps, per prompt of the suite (default: the default one), the prompt's tokens and the target's greedy reply.
@@ -19,6 +19,9 @@ as in the bench; with ``--cold`` none does (every reply a fresh load, as ``local
 starts), but each starts from the acceptance the earlier replies counted, as a profile would
 hold (``--no-profile``: from the default prior, a machine's very first runs). It prints, per
 prompt, tokens/s over the target alone, mean draft length and acceptance per policy.
+``--shape`` and ``--draft-pass`` replay on another machine's costs: T(n)/T(1) for n = 2, 3, ...
+and a draft pass in T(1), as docs/benchmarks.md gives them per machine (the recording's T(1)
+stays), so a change can be checked against a steep curve on a machine whose own is flat.
 Timings are modelled, not measured: it compares policies; the bench measures them.
 """
 
@@ -146,6 +149,19 @@ def record(args) -> None:
     session.close()
 
 
+def reshape(
+    curve: dict[int, float], t_draft: float, shape: list[float], draft_pass: float | None
+) -> tuple[dict[int, float], float]:
+    """Another machine's costs at this recording's T(1): T(n) = T(1) * shape[n - 2] for n up to
+    len(shape) + 1, then growing by the shape's last step; a draft pass of ``draft_pass`` T(1)
+    (None: the recording's own)."""
+    ratios = [1.0, *shape]
+    step = ratios[-1] - ratios[-2] if len(ratios) > 1 else 0.0
+    t1 = curve[1]
+    out = {n: t1 * (ratios[n - 1] if n <= len(ratios) else ratios[-1] + step * (n - len(ratios))) for n in curve}
+    return out, (draft_pass * t1 if draft_pass else t_draft)
+
+
 def costs_for(curve: dict[int, float], t_draft: float, clock: Clock) -> CostModel:
     """The costs a session would start from: the measured curve, or with noise a calibration
     of the sizes a session calibrates at load (three samples each)."""
@@ -180,19 +196,21 @@ def replay(args) -> None:
     clock = Clock(args.noise, args.seed)
     costs_module.clock = clock
     real = llama_backend.LlamaModel.load(Path(args.draft), 4096, 2, 0)
-    curve = {int(n): t for n, t in rec["curve"].items()}
+    curve, t_draft = {int(n): t for n, t in rec["curve"].items()}, rec["t_draft"]
+    if args.shape:
+        curve, t_draft = reshape(curve, t_draft, [float(x) for x in args.shape.split(",")], args.draft_pass)
     target = ReplayTarget(real, curve, clock)
-    draft = MemoDraft(real, rec["t_draft"], rec["read"], clock, memo)
+    draft = MemoDraft(real, t_draft, rec["read"], clock, memo)
     prompts = [p for p in rec["prompts"] if not args.prompts or p["id"] in args.prompts.split(",")]
     policies = args.policies.split(",")
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
     for policy in policies:
-        mode = build(policy, ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), draft_max=16))
+        mode = build(policy, ModeContext(target, draft, costs_for(curve, t_draft, clock), draft_max=16))
         counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
         for p in prompts:
             if args.cold:  # a fresh load for every reply, as `localspec run` starts
                 prior = None if args.no_profile or not counted[1] else prior_from(*counted)
-                ctx = ModeContext(target, draft, costs_for(curve, rec["t_draft"], clock), draft_max=16, prior=prior)
+                ctx = ModeContext(target, draft, costs_for(curve, t_draft, clock), draft_max=16, prior=prior)
                 mode = build(policy, ctx)
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
             engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(p["prompt"]))), mode.controller)
@@ -254,6 +272,8 @@ def main() -> None:
         help="a fresh controller for every prompt, its acceptance prior what the earlier prompts counted (a profile)",
     )
     rep.add_argument("--no-profile", action="store_true", help="with --cold: every prompt from the default prior")
+    rep.add_argument("--shape", default="", help="another machine's T(n)/T(1) for n = 2, 3, ...: 1.58,1.75,1.88")
+    rep.add_argument("--draft-pass", type=float, default=None, help="with --shape: a draft pass in T(1), e.g. 0.27")
     rep.add_argument(
         "--set",
         action="append",

@@ -68,3 +68,12 @@ def test_a_second_replay_reads_the_draft_from_the_memo_with_the_same_top_token(m
     assert [s.drafted for s in again] == [s.drafted for s in first]
     ids, logits, lse = next(iter(memo.values()))
     assert len(ids) == replay_policy.TOP and np.all(logits <= lse)
+
+
+def test_another_machine_s_shape_at_this_recording_s_pace():
+    curve = {n: 0.2 * (1.0 + 0.05 * (n - 1)) for n in range(1, 8)}
+    shaped, t_draft = replay_policy.reshape(curve, 0.05, [1.6, 1.8, 2.0], 0.3)
+    assert shaped[1] == pytest.approx(0.2) and shaped[2] == pytest.approx(0.32) and shaped[4] == pytest.approx(0.4)
+    assert shaped[6] == pytest.approx(0.2 * 2.4)  # past the shape: its last step, 0.2, per token
+    assert t_draft == pytest.approx(0.06)
+    assert replay_policy.reshape(curve, 0.05, [1.6], None)[1] == 0.05  # the recording's own draft pass
