@@ -55,6 +55,11 @@ class ColdTask:
     repeat: int
     config: str
 
+    @property
+    def key(self) -> tuple[str, float, int, str]:
+        """The task's place in the plan, as :func:`run_key` gives a finished run's."""
+        return (self.prompt["id"], self.temperature, self.repeat, self.config)
+
 
 def cold_plan(suite: dict, configs: Sequence[str], temperatures: Sequence[float], repeats: int) -> list[ColdTask]:
     """Prompt by prompt, repeat by repeat, every configuration once, the order rotated by one
@@ -122,7 +127,7 @@ def run_cold(
     say = progress or (lambda *_: None)
     runs = list(done)
     for n, task in enumerate(plan):
-        if (task.prompt["id"], task.temperature, task.repeat, task.config) in finished:
+        if task.key in finished:
             continue
         say(n, len(plan), f"{task.prompt['id']} {task.config} t={task.temperature} (cold)")
         runs.append(_one_run(task, [*base, *configs[task.config], "--temp", f"{task.temperature:g}", "-"], spawn))
