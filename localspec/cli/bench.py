@@ -230,7 +230,7 @@ def earlier_cold_runs(args, identity: dict):
     previous = read_report(args.json) if args.json and args.json.exists() else None
     unfinished = isinstance(previous, dict) and previous.get("cold") and previous.get("complete") is False
     if not args.resume:
-        if unfinished:
+        if unfinished and previous is not None:
             n, planned = len(previous.get("runs", [])), previous.get("planned")
             return (
                 f"{args.json} holds an unfinished --cold bench ({n} of {planned} runs): add --resume to "
