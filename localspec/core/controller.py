@@ -231,7 +231,7 @@ class AdaptiveController:
 
     def begin_reply(self) -> None:
         """A reply starts: its opening keeps drafting on if it is on (or not yet judged) now."""
-        self.guard.begin_reply(self._base() if self.costs.verify else 0.0)
+        self.guard.begin_reply()
         self.acceptance.begin_reply()
         self._steps, self._protected = 0, False
         self._protected = self.on()  # (judged as if there were no opening)

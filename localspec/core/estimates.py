@@ -16,8 +16,9 @@ PRIOR_WEIGHT = 16.0
 TRIAL_STEPS = 4  # drafting steps the guard judges together: one unlucky step decides nothing
 EMA = 0.2  # after its trial the guard's sums fade by this a step: it follows within ~5 steps
 CARRY = 2.0  # at a reply's start, what the guard measured before weighs this many steps
-# ... and a "no" is forgotten there if the steps took at most this much more than the cost model
-# gave them: the costs held, so the text's acceptance said no, and the next reply's may differ.
+# The guard says no only where its steps took more than this times what the cost model gave
+# them: within it the costs held (step times vary by a few per cent), so a slow trial was the
+# text's acceptance, which the acceptance estimate judges over more steps (see SpeedGuard).
 MISMATCH = 1.1
 
 
@@ -58,8 +59,12 @@ def prior_from(accepted: int, rejected: int) -> tuple[float, float]:
 
 
 class SpeedGuard:
-    """Drafting must measure at least as fast as the target alone: the cost model is blind to
-    some of what a step costs (Python work, a draft cut short by p_min, a busy machine).
+    """Drafting must measure at least as fast as the target alone where the cost model is
+    blind to what its steps cost (Python work, a catch-up, a busy machine): a trial that
+    measured slower says no only if its steps also took longer than the model gave them
+    (``costs_hold``). Slow steps that took their modelled time are the text's acceptance, which
+    ``Acceptance`` weighs over more steps: a stretch the draft gets wrong (a list of names in
+    a summary) would otherwise switch a pair that pays off for the rest of the reply.
 
     A trial of TRIAL_STEPS drafting steps is judged on their sums (tokens over seconds, not a
     mean of step rates, which would undervalue a long step that yields much); after it the sums
@@ -75,7 +80,7 @@ class SpeedGuard:
     @property
     def costs_hold(self) -> bool:
         """Whether the steps took about the time the cost model gave them (MISMATCH): then a
-        "no" is the text's low acceptance, which a reply of other text need not share."""
+        slow trial is the text's low acceptance, not a cost the model misses."""
         return self.modelled > 0 and self.seconds <= MISMATCH * self.modelled
 
     @property
@@ -87,7 +92,7 @@ class SpeedGuard:
         return self.tokens / self.seconds if self.seconds > 0 else None
 
     def pays(self, baseline_tps: float) -> bool:
-        return not self.judged or (self.rate or 0.0) >= baseline_tps
+        return not self.judged or (self.rate or 0.0) >= baseline_tps or self.costs_hold
 
     def observe(self, n_tokens: int, seconds: float, modelled: float = 0.0) -> None:
         """A drafting step made ``n_tokens`` in ``seconds``; the cost model gave it ``modelled``."""
@@ -102,12 +107,9 @@ class SpeedGuard:
         self.weight = keep * self.weight + 1.0
         self.n += 1
 
-    def begin_reply(self, baseline_tps: float) -> None:
+    def begin_reply(self) -> None:
         """What was measured before weighs CARRY steps at most: a reply of new text is judged
-        on its own steps (a trial under way is left to finish); a "no" the cost model explains
-        (the text's acceptance) is forgotten."""
-        if self.judged and not self.pays(baseline_tps) and self.costs_hold:
-            self.restart()
+        on its own steps (a trial under way is left to finish)."""
         if self.judged and self.weight > CARRY:
             scale = CARRY / self.weight
             self.tokens, self.seconds, self.modelled = scale * self.tokens, scale * self.seconds, scale * self.modelled
