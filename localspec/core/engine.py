@@ -30,6 +30,7 @@ from .sampling import (
     SamplingParams,
     Verdict,
     greedy_token,
+    penalised,
     process,
     verify_greedy,
     verify_match,
@@ -88,7 +89,9 @@ class SpeculativeEngine:
         context = [int(t) for t in prompt]
         stream = TextStream(stop)
         t0 = _costs.clock()
-        self.target.sync(context[:-1])  # prefill; the last prompt token is the first 'pending'
+        picked = params.greedy and not penalised(params)  # the target's argmax is all a verify reads
+        # prefill (the last prompt token is the first 'pending'), in the mode the verifies use
+        (self.target.sync_greedy if picked else self.target.sync)(context[:-1])
         self.target.checkpoint(lasting=True)  # a recurrent target regenerates without a prefill
         self.controller.begin_reply()
         if self.controller.recheck_draft():  # a verdict of "never here" that rests on the draft pass
@@ -102,14 +105,14 @@ class SpeculativeEngine:
             if room < 1:
                 yield final_step(stream, "context", prefill)
                 return
-            step = self._step(context, params, rng, stream, max_tokens - n_out, room, prefill)
+            step = self._step(context, params, rng, stream, max_tokens - n_out, room, prefill, picked)
             prefill = 0.0
             n_out += len(step.emitted)
             yield step
             if step.finish:
                 return
 
-    def _step(self, context, params, rng, stream, budget, room, prefill) -> Step:
+    def _step(self, context, params, rng, stream, budget, room, prefill, picked) -> Step:
         t_start = _costs.clock()
         choice = self.controller.choose(lambda: self.drafter.behind(context))
         # drafting past the token budget or the context is wasted work
@@ -122,11 +125,15 @@ class SpeculativeEngine:
         pad = _padding(context, drafted, choice.measure, room)
         batch = context + list(drafted) + pad
         self._prepare_rollback(len(drafted) + len(pad))
-        rows = self.target.sync(batch, n_logits=len(drafted) + 1 + len(pad), known=self._known(context))  # verify
-        assert rows is not None  # sync returns the rows asked for
-        rows = rows[: len(drafted) + 1]
-        t2 = _costs.clock()
-        verdict = self._accept(rows, context, drafted, draft, params, rng)
+        n_rows, known = len(drafted) + 1 + len(pad), known_prefix(self.target, context)
+        if picked:  # verify: the target's greedy tokens, picked where it computed the logits
+            choices = self.target.sync_greedy(batch, n_rows, known)
+            t2 = _costs.clock()
+            verdict = verify_greedy(drafted, choices)
+        else:  # verify: the rows (sync returns those asked for)
+            rows = cast(Sequence[np.ndarray], self.target.sync(batch, n_rows, known))[: len(drafted) + 1]
+            t2 = _costs.clock()
+            verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
         self._learn(draft, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
@@ -166,15 +173,6 @@ class SpeculativeEngine:
         if depth is not None and n_droppable > depth:
             self.target.checkpoint()
 
-    def _known(self, context: list[int]) -> int:
-        """After the prefill and after every step the target's cache holds all of the context
-        but its last token (rollback keeps exactly the accepted tokens); the check on length
-        and last token guards against a cache someone else has touched since."""
-        cached = self.target.cached
-        if len(cached) == len(context) - 1 and (not cached or cached[-1] == context[-2]):
-            return len(cached)
-        return 0
-
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
         history = _History(context, drafted, params)
         if params.greedy:
@@ -207,6 +205,16 @@ class SpeculativeEngine:
         if len(kept) >= budget:
             return kept[:budget], "length"
         return kept, None
+
+
+def known_prefix(target: CachedModel, context: list[int]) -> int:
+    """After the prefill and after every step the target's cache holds all of the context
+    but its last token (rollback keeps exactly the accepted tokens); the check on length
+    and last token guards against a cache someone else has touched since."""
+    cached = target.cached
+    if len(cached) == len(context) - 1 and (not cached or cached[-1] == context[-2]):
+        return len(cached)
+    return 0
 
 
 def final_step(stream: TextStream, finish: Finish, prefill: float) -> Step:

@@ -61,14 +61,24 @@ class CachedModel(ABC):
     def is_eog(self, token: int) -> bool:
         """End of generation: EOS, EOT, <|im_end|> and the like."""
 
+    def _decode_greedy(self, tokens: Sequence[int], start: int, n_logits: int) -> Sequence[int]:
+        """As ``_decode``, but each row's greedy token (its argmax) instead of its logits. A
+        backend that can pick it where it computed the logits (llama.cpp's backend sampling:
+        on a GPU no logits cross to the host) overrides this; here each row's argmax is taken
+        when it is read, so a verify that stops at a rejected draft never reads the rest."""
+        return Argmax(self._decode(tokens, start, n_logits))
+
     # --- shared bookkeeping --------------------------------------------------------------
     def evaluate(self, tokens: Sequence[int], n_logits: int = 1) -> Sequence[np.ndarray]:
         """Append ``tokens`` to the cache; logits for the last ``n_logits`` of them."""
+        return self._evaluate(tokens, n_logits, self._decode)
+
+    def _evaluate(self, tokens, n_logits, decode):
         if not tokens:
             raise ValueError("evaluate() needs at least one token")
         if len(self.cached) + len(tokens) > self.n_ctx:
             raise ContextFull(f"{len(self.cached) + len(tokens)} tokens > context {self.n_ctx}")
-        rows = self._decode(tokens, len(self.cached), n_logits)
+        rows = decode(tokens, len(self.cached), n_logits)
         self.cached.extend(int(t) for t in tokens)
         return rows
 
@@ -87,6 +97,16 @@ class CachedModel(ABC):
         the cache already holds ``tokens[:known]``, so only what follows is compared (an engine
         step would otherwise compare the whole conversation, every step).
         """
+        rows = self._sync(tokens, n_logits, known, self._decode)
+        return rows if n_logits else None
+
+    def sync_greedy(self, tokens: Sequence[int], n_logits: int = 0, known: int = 0) -> Sequence[int]:
+        """As ``sync``, but the greedy token of each of the last ``n_logits`` rows (none for 0):
+        what a greedy verify without a repetition penalty needs (``_decode_greedy``)."""
+        ids = self._sync(tokens, n_logits, known, self._decode_greedy)
+        return ids if n_logits and ids is not None else ()
+
+    def _sync(self, tokens, n_logits, known, decode):
         known = max(0, min(known, len(self.cached), len(tokens)))
         keep = known + common_prefix(self.cached[known:], tokens[known:])
         keep = min(keep, len(tokens) - n_logits)
@@ -94,8 +114,23 @@ class CachedModel(ABC):
         rest = tokens[keep:]
         if not rest:
             return None
-        rows = self.evaluate(rest, max(n_logits, 1))
-        return rows if n_logits else None
+        return self._evaluate(rest, max(n_logits, 1), decode)
+
+
+class Argmax(Sequence[int]):
+    """Each row's argmax, taken when it is read (and kept)."""
+
+    def __init__(self, rows: Sequence[np.ndarray]) -> None:
+        self.rows = rows
+        self.seen: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):  # ints only: a verify reads by index
+        if i not in self.seen:
+            self.seen[i] = int(np.argmax(self.rows[i]))
+        return self.seen[i]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

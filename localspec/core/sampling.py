@@ -22,9 +22,14 @@ import numpy as np
 from .options import SamplingParams
 
 
+def penalised(params: SamplingParams) -> bool:
+    """Whether the repetition penalty changes any logit."""
+    return params.repeat_penalty != 1.0 and params.repeat_last_n != 0
+
+
 def apply_repeat_penalty(logits: np.ndarray, history: Sequence[int], params: SamplingParams) -> np.ndarray:
     """llama.cpp's penalty: positive logits of recent tokens are divided, negative multiplied."""
-    if params.repeat_penalty == 1.0 or params.repeat_last_n == 0 or not history:
+    if not penalised(params) or not history:
         return logits
     recent = np.unique(np.asarray(history[-params.repeat_last_n :], dtype=np.int64))
     out = np.array(logits, dtype=np.float32, copy=True)

@@ -207,6 +207,8 @@ class LlamaModel(CachedModel):
         self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
         self.n_nextn = int(L.llama_model_n_layer_nextn(model))  # next-token-prediction layers (MTP)
         self.hidden: HiddenStates | None = None  # see keep_hidden
+        self._picker = None  # the greedy backend sampler while one is attached (_pick_greedy)
+        self.can_pick = True  # until llama.cpp refuses one
 
     @classmethod
     def load(
@@ -246,6 +248,48 @@ class LlamaModel(CachedModel):
 
     # --- the two primitives --------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
+        self._pick_greedy(False)  # with a backend sampler on, llama.cpp copies no logits
+        n = self._run(tokens, start, n_logits)
+        return [self._logits(n - n_logits + j) for j in range(n_logits)]
+
+    def _decode_greedy(self, tokens: Sequence[int], start: int, n_logits: int) -> Sequence[int]:
+        """Each row's argmax, taken by llama.cpp where it computed the logits (its backend
+        sampling, as llama-server's ``--backend-sampling``): on a GPU, 4 bytes a row cross to
+        the host instead of n_vocab floats, and no Python argmax reads them (at a 152k
+        vocabulary and k = 16 that is 10 MB a verify). Rows as logits where it cannot."""
+        if not self._pick_greedy(True):
+            return super()._decode_greedy(tokens, start, n_logits)
+        n = self._run(tokens, start, n_logits)
+        ids = [int(L.llama_get_sampled_token_ith(self._ctx, n - n_logits + j)) for j in range(n_logits)]
+        if min(ids) < 0:  # LLAMA_TOKEN_NULL: nothing was sampled
+            raise BackendError(f"{self.name}: llama.cpp's backend sampling returned no token")
+        return ids
+
+    def _pick_greedy(self, on: bool) -> bool:
+        """Attach (or detach) a greedy backend sampler to sequence 0; whether it is on. A change
+        makes llama.cpp reserve its graphs again on the next decode, so the mode is kept until
+        an evaluation wants the other: the engine prefills in its verifies' mode."""
+        if on == (self._picker is not None):
+            return on
+        if not on:
+            L.llama_set_sampler(self._ctx, 0, None)
+            L.llama_sampler_free(self._picker)
+            self._picker = None
+            return False
+        if not self.can_pick:
+            return False
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
+        if not L.llama_set_sampler(self._ctx, 0, chain):  # this build or device cannot
+            L.llama_sampler_free(chain)
+            self.can_pick = False
+            return False
+        self._picker = chain
+        return True
+
+    def _run(self, tokens: Sequence[int], start: int, n_logits: int) -> int:
+        """Evaluate ``tokens`` at ``start``, in chunks; the last chunk's size (its last
+        ``n_logits`` rows are the outputs)."""
         self._check_decode(tokens, start, n_logits)
         b = self._batch
         n = len(tokens)
@@ -266,7 +310,7 @@ class LlamaModel(CachedModel):
                 self._rollback.evaluated(start + lo, hi - lo)
             if self.hidden is not None:
                 self.hidden.put(start + lo, X.llama_get_embeddings_nextn(self._ctx), hi - lo)
-        return [self._logits(b.n_tokens - n_logits + j) for j in range(n_logits)]
+        return int(b.n_tokens)
 
     def _logits(self, row: int) -> np.ndarray:
         """A view of llama.cpp's logits buffer: valid until the next decode, no copy."""
@@ -325,8 +369,8 @@ class LlamaModel(CachedModel):
             rollback.dropped(0)
             rollback.prefills += 1
             self.cached = []
-        if len(kept) > len(self.cached):
-            self._decode(kept[len(self.cached) :], len(self.cached), 1)
+        if len(kept) > len(self.cached):  # outputs unused: in whichever mode (see _pick_greedy)
+            self._run(kept[len(self.cached) :], len(self.cached), 1)
         self.cached = kept
 
     def keep_hidden(self) -> HiddenStates:
@@ -453,6 +497,9 @@ class LlamaModel(CachedModel):
         if self._ctx:
             L.llama_batch_free(self._batch)
             L.llama_free(self._ctx)
+            if self._picker is not None:  # after the context that used it
+                L.llama_sampler_free(self._picker)
+                self._picker = None
             L.llama_model_free(self._model)
             self._ctx = self._model = None
 
@@ -516,6 +563,7 @@ def _context_params(n_ctx: int, threads: int | None, snapshots: int = 0):
     # logits rows per batch: a verify needs k+1 <= 33; the default (n_batch) makes
     # llama.cpp reserve n_batch x n_vocab floats (311 MB for a 152k vocabulary)
     cparams.n_outputs_max = MAX_LOGIT_ROWS
+    cparams.n_outputs_max_per_seq = MAX_LOGIT_ROWS  # also what a backend sampler may pick (default 1)
     n_threads, _ = clamp_threads(threads)
     cparams.n_threads = n_threads
     cparams.n_threads_batch = n_threads

@@ -71,6 +71,52 @@ class TestGreedyIdentity:
         assert drafted > 0 and sum(s.n_accepted for s in steps) == drafted
 
 
+class TestGreedyPickedByLlamaCpp:
+    """A greedy verify without a repetition penalty reads each row's argmax as llama.cpp's
+    backend sampling picked it (no logits reach Python); everything else reads the rows."""
+
+    def test_picked_tokens_are_the_rows_argmax_and_the_modes_alternate(self, target):
+        ids = target.tokenize(TEXT * 2)
+        target.truncate(0)
+        target.sync_greedy(ids[:20])  # a prefill in the picking mode
+        picked = list(target.sync_greedy(ids[:37], n_logits=17))  # a verify of 16 drafts
+        assert target._picker is not None and target.can_pick  # this build picks on its backend
+        target.truncate(20)
+        rows = target.sync(ids[:37], n_logits=17)  # the same verify, rows read (picker off)
+        assert target._picker is None
+        assert picked == [int(np.argmax(r)) for r in rows]
+        target.truncate(20)
+        assert list(target.sync_greedy(ids[:37], n_logits=17)) == picked  # and on again
+
+    def test_a_reply_is_the_same_picked_or_read(self, tiny, target):
+        # the identity of a greedy reply through either path, on a noisy draft (rollbacks)
+        prompt = target.tokenize(TEXT)
+        target.truncate(0)
+        picked, _ = generate(target, NoDrafter(), 0, prompt)
+        target.truncate(0)
+        target.can_pick = False  # as a build or device whose llama.cpp refuses a backend sampler
+        try:
+            read, _ = generate(target, NoDrafter(), 0, prompt)
+            draft = LlamaModel.load(tiny["draft"], n_ctx=2048, threads=1)
+            try:
+                target.truncate(0)
+                read_drafted, _ = generate(target, ModelDrafter(draft, target.n_vocab, p_min=0.0), 4, prompt)
+            finally:
+                draft.close()
+        finally:
+            target.can_pick = True
+        assert picked == read == read_drafted
+
+    def test_a_repetition_penalty_reads_the_rows(self, target):
+        prompt = target.tokenize(TEXT)
+        target.truncate(0)
+        penalised = SamplingParams(temperature=0.0, repeat_penalty=1.3)
+        generate(target, NoDrafter(), 0, prompt, n=8, params=penalised)
+        assert target._picker is None  # llama.cpp's greedy sampler knows no penalty
+        generate(target, NoDrafter(), 0, prompt, n=8)
+        assert target._picker is not None
+
+
 class TestCache:
     def test_rollback_then_continue_equals_fresh_evaluation(self, tiny, target):
         ids = target.tokenize(TEXT)

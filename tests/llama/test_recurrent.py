@@ -39,13 +39,13 @@ class Recorder:
 
     def __init__(self, model: LlamaModel) -> None:
         self.calls: list[tuple[int, int]] = []
-        decode = model._decode
+        run = model._run  # every llama_decode: rows read, greedy tokens picked, or a replay
 
         def recorded(tokens, start, n_logits):
             self.calls.append((start, len(tokens)))
-            return decode(tokens, start, n_logits)
+            return run(tokens, start, n_logits)
 
-        model._decode = recorded  # type: ignore[method-assign]
+        model._run = recorded  # type: ignore[method-assign]
 
     def longest_after(self, position: int) -> int:
         return max((n for start, n in self.calls if start >= position), default=0)
