@@ -6,10 +6,11 @@ its logits rows; the oracle drafter replays its greedy continuation. The reporte
 the engine's own bookkeeping time per target pass (everything but draft and verify), as the
 bench and the statistics panel count it, two ways: with the greedy tokens picked by the
 backend (llama.cpp's backend sampling, what ``LlamaModel`` does for a greedy reply without a
-repetition penalty: the argmax is part of the verify) and with the rows read in Python (any
-other sampling, or a build that cannot): then every accepted token costs an argmax over the
-whole vocabulary, which reads 0.6 MB of memory, so that column follows the machine's memory
-bandwidth and the tokens per pass (16 with adaptive k here).
+repetition penalty where the logits are computed on a GPU, the case this script stands for:
+the argmax is part of the verify) and with the rows read in Python (a CPU target, any other
+sampling): then every accepted token costs an argmax over the whole vocabulary, which reads
+0.6 MB of memory, so that column follows the machine's memory bandwidth and the tokens per
+pass (16 with adaptive k here).
 
     .venv/bin/python scripts/overhead.py [--context 2000] [--tokens 900] [--vocab 151936]
 """

@@ -208,7 +208,9 @@ class LlamaModel(CachedModel):
         self.n_nextn = int(L.llama_model_n_layer_nextn(model))  # next-token-prediction layers (MTP)
         self.hidden: HiddenStates | None = None  # see keep_hidden
         self._picker = None  # the greedy backend sampler while one is attached (_pick_greedy)
-        self.can_pick = True  # until llama.cpp refuses one
+        # whether greedy verifies ask llama.cpp for the argmax (set at load where it pays, see
+        # logits_on_gpu; cleared if llama.cpp refuses a backend sampler)
+        self.can_pick = False
 
     @classmethod
     def load(
@@ -244,7 +246,9 @@ class LlamaModel(CachedModel):
         if not ctx:
             L.llama_model_free(model)
             raise ModelLoadError(f"{path}: could not create a context of {n_ctx} tokens (out of memory?)")
-        return cls(path, model, ctx, min(n_ctx, int(L.llama_n_ctx(ctx))))
+        loaded = cls(path, model, ctx, min(n_ctx, int(L.llama_n_ctx(ctx))))
+        loaded.can_pick = logits_on_gpu(model, gpu_layers)
+        return loaded
 
     # --- the two primitives --------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
@@ -269,14 +273,13 @@ class LlamaModel(CachedModel):
         """Attach (or detach) a greedy backend sampler to sequence 0; whether it is on. A change
         makes llama.cpp reserve its graphs again on the next decode, so the mode is kept until
         an evaluation wants the other: the engine prefills in its verifies' mode."""
+        on = on and self.can_pick
         if on == (self._picker is not None):
             return on
         if not on:
             L.llama_set_sampler(self._ctx, 0, None)
             L.llama_sampler_free(self._picker)
             self._picker = None
-            return False
-        if not self.can_pick:
             return False
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
@@ -528,6 +531,18 @@ class HiddenStates:
             grown[: len(self.rows)] = self.rows
             self.rows = grown
         self.rows[start : start + n] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
+
+
+def logits_on_gpu(model, gpu_layers: int | None) -> bool:
+    """Whether llama.cpp computes the logits on a GPU: a build that offloads, with more layers
+    offloaded than the model has (llama.cpp places the output layer after the last one). There
+    a greedy verify's argmax is taken on the device (``_decode_greedy``) and saves copying its
+    rows to the host (0.6 MB each at a 152k vocabulary) and reading them in Python. On a CPU
+    it saves nothing measurable (a 17-row verify of the 1.5B targets: the same time either
+    way) and would cost llama.cpp's sampling buffers, three more of the logits buffer's size."""
+    if not supports_gpu_offload():
+        return False
+    return gpu_layers is None or gpu_layers < 0 or gpu_layers > int(L.llama_model_n_layer(model))
 
 
 def load_model(path: Path, gpu_layers: int | None, mtp: bool = False):

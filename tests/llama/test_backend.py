@@ -7,7 +7,7 @@ import pytest
 
 from localspec.chat.session import IncompatiblePair, LoadOptions, PairSpec, Session
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
-from localspec.core.protocol import ContextFull
+from localspec.core.protocol import Argmax, ContextFull
 from localspec.core.sampling import SamplingParams
 from localspec.llama.backend import MAX_LOGIT_ROWS, BackendError, ChatTemplateError, LlamaModel, ModelLoadError
 from localspec.llama.compat import check_compatible
@@ -72,8 +72,24 @@ class TestGreedyIdentity:
 
 
 class TestGreedyPickedByLlamaCpp:
-    """A greedy verify without a repetition penalty reads each row's argmax as llama.cpp's
-    backend sampling picked it (no logits reach Python); everything else reads the rows."""
+    """Where the logits are computed on a GPU, a greedy verify without a repetition penalty
+    reads each row's argmax as llama.cpp's backend sampling picked it (no logits reach Python);
+    everything else reads the rows. The CPU build here runs the same llama.cpp path when asked."""
+
+    @pytest.fixture(autouse=True)
+    def picking(self, target):
+        target.can_pick = True
+        yield
+        target.can_pick = False
+
+    def test_a_cpu_build_reads_the_rows(self, tiny):
+        m = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
+        try:
+            assert not m.can_pick  # no GPU here: nothing to save, and the buffers would cost
+            ids = m.tokenize(TEXT)
+            assert isinstance(m.sync_greedy(ids[:12], n_logits=3), Argmax) and m._picker is None
+        finally:
+            m.close()
 
     def test_picked_tokens_are_the_rows_argmax_and_the_modes_alternate(self, target):
         ids = target.tokenize(TEXT * 2)
@@ -94,18 +110,18 @@ class TestGreedyPickedByLlamaCpp:
         target.truncate(0)
         picked, _ = generate(target, NoDrafter(), 0, prompt)
         target.truncate(0)
-        target.can_pick = False  # as a build or device whose llama.cpp refuses a backend sampler
+        target.can_pick = False  # as on a CPU, or where llama.cpp refuses a backend sampler
+        read, _ = generate(target, NoDrafter(), 0, prompt)
+        draft = LlamaModel.load(tiny["draft"], n_ctx=2048, threads=1)
         try:
-            read, _ = generate(target, NoDrafter(), 0, prompt)
-            draft = LlamaModel.load(tiny["draft"], n_ctx=2048, threads=1)
-            try:
-                target.truncate(0)
-                read_drafted, _ = generate(target, ModelDrafter(draft, target.n_vocab, p_min=0.0), 4, prompt)
-            finally:
-                draft.close()
-        finally:
+            target.truncate(0)
+            read_drafted, _ = generate(target, ModelDrafter(draft, target.n_vocab, p_min=0.0), 4, prompt)
             target.can_pick = True
-        assert picked == read == read_drafted
+            target.truncate(0)
+            picked_drafted, _ = generate(target, ModelDrafter(draft, target.n_vocab, p_min=0.0), 4, prompt)
+        finally:
+            draft.close()
+        assert picked == read == read_drafted == picked_drafted
 
     def test_a_repetition_penalty_reads_the_rows(self, target):
         prompt = target.tokenize(TEXT)
