@@ -24,6 +24,7 @@ from ..core.options import clamp_threads
 from ..core.protocol import CachedModel, ContextFull
 from .compat import VocabInfo
 from .offload import DEVICE_TYPES, Device
+from .picking import GreedyPicker, logits_on_gpu
 from .recurrent import Rollback
 
 _VOCAB_TYPES = {
@@ -207,10 +208,8 @@ class LlamaModel(CachedModel):
         self._eog = np.array([bool(L.llama_vocab_is_eog(self._vocab, i)) for i in range(self.n_vocab)])
         self.n_nextn = int(L.llama_model_n_layer_nextn(model))  # next-token-prediction layers (MTP)
         self.hidden: HiddenStates | None = None  # see keep_hidden
-        self._picker = None  # the greedy backend sampler while one is attached (_pick_greedy)
-        # whether greedy verifies ask llama.cpp for the argmax (set at load where it pays, see
-        # logits_on_gpu; cleared if llama.cpp refuses a backend sampler)
-        self.can_pick = False
+        self._picker = GreedyPicker(ctx)  # greedy verifies' argmax taken by llama.cpp
+        self.can_pick = False  # ... asked for: set at load where it pays (picking.logits_on_gpu)
 
     @classmethod
     def load(
@@ -252,43 +251,21 @@ class LlamaModel(CachedModel):
 
     # --- the two primitives --------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
-        self._pick_greedy(False)  # with a backend sampler on, llama.cpp copies no logits
+        self._picker.set(False)  # with a backend sampler on, llama.cpp copies no logits
         n = self._run(tokens, start, n_logits)
         return [self._logits(n - n_logits + j) for j in range(n_logits)]
 
     def _decode_greedy(self, tokens: Sequence[int], start: int, n_logits: int) -> Sequence[int]:
-        """Each row's argmax, taken by llama.cpp where it computed the logits (its backend
-        sampling, as llama-server's ``--backend-sampling``): on a GPU, 4 bytes a row cross to
-        the host instead of n_vocab floats, and no Python argmax reads them (at a 152k
-        vocabulary and k = 16 that is 10 MB a verify). Rows as logits where it cannot."""
-        if not self._pick_greedy(True):
+        """Each row's argmax, taken by llama.cpp where it computed the logits (picking.py),
+        where that pays (``can_pick``); elsewhere the rows, each argmax taken as it is read."""
+        self._picker.set(self.can_pick)
+        if not self._picker.on:
             return super()._decode_greedy(tokens, start, n_logits)
         n = self._run(tokens, start, n_logits)
-        ids = [int(L.llama_get_sampled_token_ith(self._ctx, n - n_logits + j)) for j in range(n_logits)]
-        if min(ids) < 0:  # LLAMA_TOKEN_NULL: nothing was sampled
-            raise BackendError(f"{self.name}: llama.cpp's backend sampling returned no token")
-        return ids
-
-    def _pick_greedy(self, on: bool) -> bool:
-        """Attach (or detach) a greedy backend sampler to sequence 0; whether it is on. A change
-        makes llama.cpp reserve its graphs again on the next decode, so the mode is kept until
-        an evaluation wants the other: the engine prefills in its verifies' mode."""
-        on = on and self.can_pick
-        if on == (self._picker is not None):
-            return on
-        if not on:
-            L.llama_set_sampler(self._ctx, 0, None)
-            L.llama_sampler_free(self._picker)
-            self._picker = None
-            return False
-        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
-        L.llama_sampler_chain_add(chain, L.llama_sampler_init_greedy())
-        if not L.llama_set_sampler(self._ctx, 0, chain):  # this build or device cannot
-            L.llama_sampler_free(chain)
-            self.can_pick = False
-            return False
-        self._picker = chain
-        return True
+        try:
+            return self._picker.tokens(n - n_logits, n_logits)
+        except RuntimeError as e:
+            raise BackendError(f"{self.name}: {e}") from None
 
     def _run(self, tokens: Sequence[int], start: int, n_logits: int) -> int:
         """Evaluate ``tokens`` at ``start``, in chunks; the last chunk's size (its last
@@ -372,7 +349,7 @@ class LlamaModel(CachedModel):
             rollback.dropped(0)
             rollback.prefills += 1
             self.cached = []
-        if len(kept) > len(self.cached):  # outputs unused: in whichever mode (see _pick_greedy)
+        if len(kept) > len(self.cached):  # outputs unused: in whichever mode (see picking.py)
             self._run(kept[len(self.cached) :], len(self.cached), 1)
         self.cached = kept
 
@@ -500,9 +477,7 @@ class LlamaModel(CachedModel):
         if self._ctx:
             L.llama_batch_free(self._batch)
             L.llama_free(self._ctx)
-            if self._picker is not None:  # after the context that used it
-                L.llama_sampler_free(self._picker)
-                self._picker = None
+            self._picker.free()  # after the context that used it
             L.llama_model_free(self._model)
             self._ctx = self._model = None
 
@@ -531,18 +506,6 @@ class HiddenStates:
             grown[: len(self.rows)] = self.rows
             self.rows = grown
         self.rows[start : start + n] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
-
-
-def logits_on_gpu(model, gpu_layers: int | None) -> bool:
-    """Whether llama.cpp computes the logits on a GPU: a build that offloads, with more layers
-    offloaded than the model has (llama.cpp places the output layer after the last one). There
-    a greedy verify's argmax is taken on the device (``_decode_greedy``) and saves copying its
-    rows to the host (0.6 MB each at a 152k vocabulary) and reading them in Python. On a CPU
-    it saves nothing measurable (a 17-row verify of the 1.5B targets: the same time either
-    way) and would cost llama.cpp's sampling buffers, three more of the logits buffer's size."""
-    if not supports_gpu_offload():
-        return False
-    return gpu_layers is None or gpu_layers < 0 or gpu_layers > int(L.llama_model_n_layer(model))
 
 
 def load_model(path: Path, gpu_layers: int | None, mtp: bool = False):

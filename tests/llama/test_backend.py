@@ -87,7 +87,7 @@ class TestGreedyPickedByLlamaCpp:
         try:
             assert not m.can_pick  # no GPU here: nothing to save, and the buffers would cost
             ids = m.tokenize(TEXT)
-            assert isinstance(m.sync_greedy(ids[:12], n_logits=3), Argmax) and m._picker is None
+            assert isinstance(m.sync_greedy(ids[:12], n_logits=3), Argmax) and not m._picker.on
         finally:
             m.close()
 
@@ -96,10 +96,10 @@ class TestGreedyPickedByLlamaCpp:
         target.truncate(0)
         target.sync_greedy(ids[:20])  # a prefill in the picking mode
         picked = list(target.sync_greedy(ids[:37], n_logits=17))  # a verify of 16 drafts
-        assert target._picker is not None and target.can_pick  # this build picks on its backend
+        assert target._picker.on  # this build picks on its backend when asked
         target.truncate(20)
         rows = target.sync(ids[:37], n_logits=17)  # the same verify, rows read (picker off)
-        assert target._picker is None
+        assert not target._picker.on
         assert picked == [int(np.argmax(r)) for r in rows]
         target.truncate(20)
         assert list(target.sync_greedy(ids[:37], n_logits=17)) == picked  # and on again
@@ -128,9 +128,9 @@ class TestGreedyPickedByLlamaCpp:
         target.truncate(0)
         penalised = SamplingParams(temperature=0.0, repeat_penalty=1.3)
         generate(target, NoDrafter(), 0, prompt, n=8, params=penalised)
-        assert target._picker is None  # llama.cpp's greedy sampler knows no penalty
+        assert not target._picker.on  # llama.cpp's greedy sampler knows no penalty
         generate(target, NoDrafter(), 0, prompt, n=8)
-        assert target._picker is not None
+        assert target._picker.on
 
 
 class TestCache:
