@@ -1,0 +1,63 @@
+"""One cold reply, step by step: what the controller chose and believed, and what the step cost.
+
+Loads the pair as ``localspec run`` does (calibration, no warm-up, no profile), runs one prompt
+of a suite greedily, and prints per step the draft length k, the tokens drafted and accepted,
+the draft's and the verify's time, and the cost model's draft pass and T(1) at that point; then
+the totals. Where auto and a fixed configuration differ on a prompt, two traces side by side
+show whether the choice or the costs it rests on part from what the steps measured.
+
+    .venv/bin/python scripts/trace_reply.py --target models/qwen2.5-coder-1.5b-f16.gguf \\
+        --draft models/qwen2.5-coder-0.5b.gguf --prompt held-edit-errors-go [--suite heldout] [--fixed 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from localspec.bench import suites
+from localspec.chat.session import LoadOptions, PairSpec, Session
+from localspec.core.sampling import SamplingParams
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--prompt", required=True, help="a prompt id of the suite")
+    ap.add_argument("--suite", default="heldout")
+    ap.add_argument("--fixed", type=int, default=0, help="draft this many every step (--no-adapt, p_min 0)")
+    ap.add_argument("--max-tokens", type=int, default=96)
+    args = ap.parse_args()
+    prompts = {p["id"]: p["prompt"] for p in suites.load_suite(args.suite)["prompts"]}
+    if args.prompt not in prompts:
+        raise SystemExit(f"no prompt {args.prompt!r} in the {args.suite} suite: {', '.join(prompts)}")
+    options = LoadOptions(adaptive=False, draft_max=args.fixed, p_min=0.0) if args.fixed else LoadOptions()
+    session = Session.load(PairSpec(Path(args.target), Path(args.draft)), options)
+    try:
+        costs = session.costs
+        print(
+            f"at load: T(1) {1000 * costs.T(1):.1f} ms, a draft pass {costs.t_draft / costs.T(1):.2f} T(1), "
+            f"T(3) {costs.T(3) / costs.T(1):.2f}, T(5) {costs.T(5) / costs.T(1):.2f} T(1)"
+        )
+        steps = list(
+            session.chat([{"role": "user", "content": prompts[args.prompt]}], SamplingParams(), args.max_tokens)
+        )
+        for s in steps:
+            step = f"k={s.k:2d} drafted={len(s.drafted):2d} accepted={s.n_accepted:2d}"
+            spent = f"draft={1000 * s.draft_seconds:6.1f} ms verify={1000 * s.verify_seconds:6.1f} ms"
+            model = f"model: pass {1000 * costs.t_draft:5.1f} ms, T(1) {1000 * costs.T(1):5.1f} ms"
+            print(f"{step} {spent}  {model}")
+        n_tokens = sum(len(s.emitted) for s in steps)
+        decode = sum(s.step_seconds for s in steps)
+        print(
+            f"{len(steps)} steps, {n_tokens} tokens, {sum(len(s.drafted) for s in steps)} drafted, "
+            f"{sum(s.n_accepted for s in steps)} accepted; draft {sum(s.draft_seconds for s in steps):.2f} s, "
+            f"verify {sum(s.verify_seconds for s in steps):.2f} s, {n_tokens / decode:.1f} tok/s of decode"
+        )
+    finally:
+        session.close()
+
+
+if __name__ == "__main__":
+    main()
