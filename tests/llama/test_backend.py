@@ -9,7 +9,14 @@ from localspec.chat.session import IncompatiblePair, LoadOptions, PairSpec, Sess
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.protocol import Argmax, ContextFull
 from localspec.core.sampling import SamplingParams
-from localspec.llama.backend import MAX_LOGIT_ROWS, BackendError, ChatTemplateError, LlamaModel, ModelLoadError
+from localspec.llama.backend import (
+    MAX_LOGIT_ROWS,
+    BackendError,
+    ChatTemplateError,
+    LlamaModel,
+    ModelLoadError,
+    supports_gpu_offload,
+)
 from localspec.llama.compat import check_compatible
 from tests.support.forced import generate
 from tests.support.tiny_gguf import write_no_vocab_gguf, write_tiny_gguf
@@ -83,9 +90,11 @@ class TestGreedyPickedByLlamaCpp:
         target.can_pick = False
 
     def test_a_cpu_build_reads_the_rows(self, tiny):
+        if supports_gpu_offload():
+            pytest.skip("a GPU build: the logits are computed on the device, and picked there")
         m = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
         try:
-            assert not m.can_pick  # no GPU here: nothing to save, and the buffers would cost
+            assert not m.can_pick  # nothing to save on a CPU, and the buffers would cost
             ids = m.tokenize(TEXT)
             assert isinstance(m.sync_greedy(ids[:12], n_logits=3), Argmax) and not m._picker.on
         finally:
