@@ -255,7 +255,7 @@ class _History:
     """Recent tokens seen by row i (context + x_1..x_i), for the repetition penalty."""
 
     def __init__(self, context, drafted, params: SamplingParams) -> None:
-        self.n = params.repeat_last_n if params.repeat_penalty != 1.0 else 0
+        self.n = params.repeat_last_n if penalised(params) else 0
         self.tail = list(context[-self.n :]) if self.n else []
         self.drafted = list(drafted)
 
