@@ -41,7 +41,7 @@ MIN_CTX = 256
 CTX_HINT = "llama.cpp allocates at least 256 tokens of context whatever is asked"
 MAX_CTX = 1_048_576  # 2^20: far beyond any model's trained context; a typo, not a request
 # The longest draft per step. A verify evaluates k + 1 rows with logits in one llama_decode,
-# and llama/backend.py reserves 64 rows per context (MAX_LOGIT_ROWS); 32 is past the point where
+# and llama/backend.py reserves k + 1 = 33 rows per context (MAX_LOGIT_ROWS); 32 is past the point where
 # a longer draft pays on any hardware we measured (docs/design.md).
 MAX_DRAFT = 32
 # More threads than any machine we know; more than this machine's CPUs are lowered to its

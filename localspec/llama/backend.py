@@ -20,7 +20,7 @@ import llama_cpp as L
 import numpy as np
 from llama_cpp import llama_cpp_ext as X
 
-from ..core.options import clamp_threads
+from ..core.options import MAX_DRAFT, clamp_threads
 from ..core.protocol import CachedModel, ContextFull
 from .compat import VocabInfo
 from .offload import DEVICE_TYPES, Device
@@ -37,7 +37,10 @@ _VOCAB_TYPES = {
 }
 _SPECIAL_ATTRS = L.LLAMA_TOKEN_ATTR_CONTROL | L.LLAMA_TOKEN_ATTR_USER_DEFINED | L.LLAMA_TOKEN_ATTR_UNKNOWN
 N_BATCH = 512  # tokens per llama_decode call; prompts longer than this go in chunks
-MAX_LOGIT_ROWS = 64  # most logits rows one evaluation may ask for (verify of k <= 63)
+# Most logits rows one evaluation may ask for: a verify of the longest draft (a free copy and
+# a measured size included, both capped at MAX_DRAFT). llama.cpp sizes the output of its compute
+# graph, and a backend sampler's buffers (3x the logits), by this, so it is no larger.
+MAX_LOGIT_ROWS = MAX_DRAFT + 1
 # llama.cpp allocates at least this many KV cells (GGML_PAD(n_ctx, 256)) and caps n_batch at
 # the n_ctx it is *asked* for; asking for at least this much keeps n_batch >= 256, above any
 # verify (options.MAX_DRAFT + 1 rows), while our own n_ctx stays the one the caller asked for

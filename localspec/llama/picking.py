@@ -19,7 +19,7 @@ def logits_on_gpu(model, gpu_layers: int | None) -> bool:
     picking saves copying the rows to the host and reading them in Python. On a CPU it saves
     nothing measurable (``scripts/pick_verify.py``: a 17-row verify of the 1.5B targets takes
     the same time either way) and would cost llama.cpp's sampling buffers, three times the
-    logits buffer (117 MB at a 152k vocabulary and 64 outputs)."""
+    logits buffer (60 MB at a 152k vocabulary and 33 outputs)."""
     if not L.llama_supports_gpu_offload():
         return False
     return gpu_layers is None or gpu_layers < 0 or gpu_layers > int(L.llama_model_n_layer(model))
