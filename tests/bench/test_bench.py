@@ -301,6 +301,9 @@ class TestColdReport:
         assert row["collapse_flag"]  # fixed pays (1.4x) and 1 collapse in 3 runs is more than 1 in 5
         assert row["below_fixed_flag"]  # 0.86 < 0.95
         assert row["identical"] == {AUTO: "2/3", FIXED: "3/3"}
+        # repeat by repeat (each pair ran one after the other): 5/14, 15/13, 12/15
+        assert row["paired_auto_over_fixed"] == pytest.approx([5 / 14, 15 / 13, 12 / 15])
+        assert row["paired_median"] == pytest.approx(12 / 15)
         summary = cold.cold_summary([row])
         assert summary["collapses_where_fixed_pays"] == 1 and summary["auto_runs_where_fixed_pays"] == 3
         assert summary["collapse_flagged"] == ["p1"] and summary["below_fixed_flagged"] == ["p1"]
@@ -330,11 +333,24 @@ class TestColdReport:
         runs += [cold_run(AUTO, r, 13.0, n) for r, n in enumerate(auto_drafted)]
         assert cold.cold_row(runs)["collapse_flag"] is flagged
 
+    def test_pairs_are_matched_by_repeat_and_a_missing_one_is_left_out(self):
+        fixed = [cold_run(FIXED, 0, 10.0, 80), cold_run(FIXED, 2, 20.0, 80)]  # repeat 1 has not run
+        auto = [cold_run(AUTO, 2, 10.0, 80), cold_run(AUTO, 1, 9.0, 80), cold_run(AUTO, 0, 12.0, 80)]
+        assert cold.paired_ratios(auto, fixed) == pytest.approx([1.2, 0.5])
+
+    def test_a_report_written_before_the_pairs_were_kept_still_prints(self):
+        runs = [cold_run(TARGET, 0, 10.0, 0), cold_run(FIXED, 0, 14.0, 84), cold_run(AUTO, 0, 12.0, 80)]
+        rep = cold.cold_report(runs, {"name": "tiny", "max_tokens": 8}, ["--target", "t.gguf"], _configs(), 1)
+        for row in rep["rows"]:
+            del row["paired_auto_over_fixed"], row["paired_median"]
+        del rep["summary"]["median_paired_auto_over_fixed"]
+        assert "| 0.86 | — | 1.40 |" in cold.cold_markdown(rep)
+
     def test_markdown_has_a_row_per_prompt_and_the_flags(self):
         runs = [cold_run(TARGET, 0, 10.0, 0), cold_run(FIXED, 0, 14.0, 84), cold_run(AUTO, 0, 12.0, 2)]
         rep = cold.cold_report(runs, {"name": "tiny", "max_tokens": 8}, ["--target", "t.gguf"], _configs(), 1)
         md = cold.cold_markdown(rep)
-        assert "| p1 | 0 | 12.0 | 14.0 | 10.0 | 0.86 | 1.40 | 1.20 | 2 | 84 | 1/1 | 1/1, 1/1 |" in md
+        assert "| p1 | 0 | 12.0 | 14.0 | 10.0 | 0.86 | 0.86 (0.86–0.86) | 1.40 | 1.20 | 2 | 84 | 1/1 | 1/1, 1/1 |" in md
         assert "collapses > 1 in 5, auto < 0.95× fixed |" in md
         assert rep["target"] == "t.gguf" and rep["draft"] == "d.gguf" and rep["machine"]["cpu"]
 
