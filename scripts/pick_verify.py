@@ -1,6 +1,6 @@
 """A verify's time with its greedy tokens picked by llama.cpp (backend sampling) beside the same
 verify with its logits rows read and argmax'd in Python, on one model, to decide where picking
-pays (``backend.logits_on_gpu``). Runs in blocks of one mode (a switch of mode makes llama.cpp
+pays (``picking.logits_on_gpu``). Runs in blocks of one mode (a switch of mode makes llama.cpp
 reserve its graphs again, which a reply pays once, not every step), alternating, and checks that
 both modes give the same tokens.
 

@@ -40,10 +40,9 @@ def main() -> None:
             f"at load: T(1) {1000 * costs.T(1):.1f} ms, a draft pass {costs.t_draft / costs.T(1):.2f} T(1), "
             f"T(3) {costs.T(3) / costs.T(1):.2f}, T(5) {costs.T(5) / costs.T(1):.2f} T(1)"
         )
-        steps = list(
-            session.chat([{"role": "user", "content": prompts[args.prompt]}], SamplingParams(), args.max_tokens)
-        )
-        for s in steps:
+        steps = []
+        for s in session.chat([{"role": "user", "content": prompts[args.prompt]}], SamplingParams(), args.max_tokens):
+            steps.append(s)  # printed as it comes: the model's costs are those of this step
             step = f"k={s.k:2d} drafted={len(s.drafted):2d} accepted={s.n_accepted:2d}"
             spent = f"draft={1000 * s.draft_seconds:6.1f} ms verify={1000 * s.verify_seconds:6.1f} ms"
             model = f"model: pass {1000 * costs.t_draft:5.1f} ms, T(1) {1000 * costs.T(1):5.1f} ms"

@@ -416,10 +416,10 @@ def cold_markdown(rep: dict) -> str:
 
 def _paired(row: dict) -> str:
     """The paired ratios' median and range (a report written before they were kept: —)."""
-    paired = row.get("paired_auto_over_fixed")
-    if not paired:
+    paired, median = row.get("paired_auto_over_fixed"), row.get("paired_median")
+    if not paired or median is None:
         return "—"
-    return f"{statistics.median(paired):.2f} ({min(paired):.2f}–{max(paired):.2f})"
+    return f"{median:.2f} ({min(paired):.2f}–{max(paired):.2f})"
 
 
 def _unfinished(rep: dict) -> list[str]:
