@@ -4,7 +4,8 @@
         --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96] [--suite heldout]
     .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
-        [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27]
+        [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27] \\
+        [--burst 8,12,1.6]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
 and keeps, per prompt of the suite (default: the default one), the prompt's tokens and the target's greedy reply.
@@ -12,13 +13,15 @@ and keeps, per prompt of the suite (default: the default one), the prompt's toke
 reply (greedy: a verify keeps exactly the draft tokens that agree with it), the draft is the
 real draft model (its rows memoised next to the recording, so a second replay runs in
 seconds), and every evaluation advances a virtual clock by the measured T(n) or draft pass,
-times a lognormal factor of ``--noise`` sigma. With noise the costs are calibrated at load as
+times a lognormal factor of ``--noise`` sigma (and ``--burst``'s factor in a busy stretch of each
+reply). With noise the costs are calibrated at load as
 a session does (sizes 1, 2, 3, 4, 6, 8, three samples each) and learnt online; without, the
 controller is given the measured curve. Every mode's state carries over the prompts in order,
 as in the bench; with ``--cold`` none does (every reply a fresh load, as ``localspec run``
 starts), but each starts from the acceptance the earlier replies counted, as a profile would
 hold (``--no-profile``: from the default prior, a machine's very first runs). It prints, per
 prompt, tokens/s over the target alone, mean draft length and acceptance per policy.
+``--trace PROMPT`` prints that prompt's steps, with the drafting line wherever it changes.
 ``--shape`` and ``--draft-pass`` replay on another machine's costs: T(n)/T(1) for n = 2, 3, ...
 and a draft pass in T(1), as docs/benchmarks.md gives them per machine (the recording's T(1)
 stays), so a change can be checked against a steep curve on a machine whose own is flat.
@@ -43,6 +46,7 @@ from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.estimates import prior_from
+from localspec.core.explain import explain
 from localspec.core.modes import ModeContext, ReplySpec, draft_model, target_alone
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams
@@ -52,14 +56,25 @@ TOP = 8  # draft logits kept per memoised row: the top token and its probability
 
 
 class Clock:
-    def __init__(self, sigma: float, seed: int) -> None:
+    """Virtual seconds: each evaluation adds its cost, times a lognormal factor of ``sigma`` and,
+    during a ``burst`` (start, length, factor: target evaluations ``start`` to ``start + length``
+    of each reply), ``factor``: a stretch where the machine is busy."""
+
+    def __init__(self, sigma: float, seed: int, burst: tuple[int, int, float] | None = None) -> None:
         self.now, self.sigma, self.rng = 0.0, sigma, np.random.default_rng(seed)
+        self.burst, self.evals = burst, 0  # target evaluations so far in this reply
 
     def __call__(self) -> float:
         return self.now
 
     def work(self, seconds: float) -> None:
-        self.now += seconds * (math.exp(self.rng.normal(0.0, self.sigma)) if self.sigma else 1.0)
+        self.now += seconds * (math.exp(self.rng.normal(0.0, self.sigma)) if self.sigma else 1.0) * self.slowdown()
+
+    def slowdown(self) -> float:
+        if not self.burst:
+            return 1.0
+        start, length, factor = self.burst
+        return factor if start <= self.evals < start + length else 1.0
 
 
 class ReplayTarget(CachedModel):
@@ -74,6 +89,7 @@ class ReplayTarget(CachedModel):
     def _decode(self, tokens, start, n_logits):
         n = len(tokens)
         top = max(self.curve)
+        self.clock.evals += 1
         self.clock.work(self.curve[min(n, top)] * max(1.0, n / top))
         ctx = self.cached[:start] + list(tokens)
         agree = common_prefix(ctx, self.true)
@@ -132,7 +148,7 @@ def record(args) -> None:
     out = {
         "curve": {n: direct.T(n) for n in range(1, 18)},
         "t_draft": direct.t_draft,
-        "read": session.costs.draft.read(100) / 100,
+        "read": session.costs.read(100) / 100,
         "prompts": [],
     }
     for prompt in suites.load_suite(args.suite)["prompts"]:
@@ -193,7 +209,8 @@ def replay(args) -> None:
     rec = json.loads(Path(args.recording).read_text())
     memo_path = Path(args.recording + ".memo")
     memo = pickle.loads(memo_path.read_bytes()) if memo_path.exists() else {}
-    clock = Clock(args.noise, args.seed)
+    burst = tuple(float(x) if i == 2 else int(x) for i, x in enumerate(args.burst.split(","))) if args.burst else None
+    clock = Clock(args.noise, args.seed, burst)
     costs_module.clock = clock
     real = llama_backend.LlamaModel.load(Path(args.draft), 4096, 2, 0)
     curve, t_draft = {int(n): t for n, t in rec["curve"].items()}, rec["t_draft"]
@@ -213,11 +230,16 @@ def replay(args) -> None:
                 ctx = ModeContext(target, draft, costs_for(curve, t_draft, clock), draft_max=16, prior=prior)
                 mode = build(policy, ctx)
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
+            clock.evals = 0
             engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(p["prompt"]))), mode.controller)
             stats = RunStats()
+            line = ""
             for step in engine.generate(list(p["prompt"]), SamplingParams(), args.max_tokens):
-                if args.trace == p["id"] and step.drafted:
-                    print(f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}")
+                if args.trace == p["id"]:
+                    now = explain(mode.controller).line
+                    print(f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}", end="")
+                    print(f"  {now}" if now != line else "")
+                    line = now
                 stats.add(step)
                 counted[0] += step.n_accepted
                 counted[1] += step.n_accepted < len(step.drafted)
@@ -266,6 +288,13 @@ def main() -> None:
     rep.add_argument("--seed", type=int, default=0)
     rep.add_argument("--max-tokens", type=int, default=96)
     rep.add_argument("--trace", default="")
+    rep.add_argument(
+        "--burst",
+        default="",
+        metavar="START,LENGTH,FACTOR",
+        help="target evaluations START to START+LENGTH of each reply (the prefill is 1) and the draft passes "
+        "among them run FACTOR times slower: a busy stretch, e.g. 8,12,1.6",
+    )
     rep.add_argument(
         "--cold",
         action="store_true",

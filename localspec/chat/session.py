@@ -379,7 +379,7 @@ class Session:
             verify = self.costs.verify.points()
             self.profiles.update(self._target_key(), self.spec.target, verify=verify, use=self._use, amend=amend)
             if self.draft is not None and self.costs.t_draft:
-                own = self.costs.draft.own_seconds  # this load's, not the history it was seeded with
+                own = self.costs.own_t_draft  # this load's, not the history it was seeded with
                 path = self.spec.draft or self.spec.target
                 self.profiles.update(self._draft_key(), path, draft_pass=own, amend=amend)
             self._use, self._saved = {}, True

@@ -27,7 +27,7 @@ import numpy as np
 
 from .budget import Budget, Explorer
 from .costs import READ_MIN, CostModel, speeds, step_seconds
-from .estimates import PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, SpeedGuard
+from .estimates import DECAY, PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS, Acceptance, SpeedGuard
 from .rules import MIN_GAIN
 
 # Tuning choices, each with its reason:
@@ -45,9 +45,14 @@ PROBE_GAIN = 1.15
 # load's three samples is outvoted by the passes that follow).
 RECHECK_SAMPLES = 9
 PROBE_K = 2  # a try's draft length where the model wants none: cheap, and it tests two tokens
-# While drafting is off, each step earns tries TRY_SHARE of what drafting could win at best;
-# a try spends what it is expected to lose (its price). So tries cost at most that share of
-# decode time, and a cheap try (a draft pass that costs little) is made within a few steps.
+# While drafting is off, each step earns tries a share of what drafting could win at best, and
+# a try spends what it is expected to lose (its price). The share starts at FIRST_TRY_SHARE, so
+# where a try is cheap (a draft pass and the draft's catch-up cost little) one comes within a
+# few steps of drafting switching off; it halves with each try in a row that did not switch
+# drafting back on, down to TRY_SHARE, so tries that keep failing cost at most that share of
+# drafting's best case. (The catch-up alone, a token read by the draft for each step off, can
+# cost more than TRY_SHARE earns: then only the first tries are made, docs/design.md.)
+FIRST_TRY_SHARE = 0.25
 TRY_SHARE = 0.05
 # A trial step is priced at no less than this share of its time: the model and the measured
 # rate can both be optimistic, and a try priced at nothing would be made every step.
@@ -123,37 +128,56 @@ class FixedController:
 
 
 def price_of_try(
-    costs: CostModel, rates: np.ndarray, k: int, guard: SpeedGuard | None, behind: Callable[[], int] | None
+    costs: CostModel,
+    rates: np.ndarray,
+    k: int,
+    guard: SpeedGuard | None,
+    behind: Callable[[], int] | None,
+    steps_off: int = 0,
 ) -> float:
     """What a try of ``k`` drafts is expected to lose: the draft model's catch-up on the
     ``behind()`` tokens it has not read, and its trial steps' shortfall against the target
     alone, at the learnt acceptance or, where the ``guard`` said no, at the rate and step time
-    it measured; each step at least LOSS_FLOOR of its time."""
+    it measured; each step at least LOSS_FLOOR of its time. What the guard's trial lost fades
+    by DECAY a step in the ``steps_off`` since, as every verdict does: the machine's load
+    changes (a busy stretch is the usual reason for a no), so a slow trial says less the older
+    it is."""
     n_behind = behind() if behind else 0
-    catch_up = costs.draft.read(n_behind) if n_behind >= READ_MIN else 0.0
-    ratio = float(rates[k] / rates[0])
+    catch_up = costs.read(n_behind) if n_behind >= READ_MIN else 0.0
     step = step_seconds(costs, k)
+    loss = step * max(1.0 - float(rates[k] / rates[0]), LOSS_FLOOR)
     if guard is not None and guard.rate is not None:
-        ratio = min(ratio, guard.rate * costs.T(1))
         step = max(step, guard.seconds / guard.weight)
-    return catch_up + TRIAL_STEPS * step * max(1.0 - ratio, LOSS_FLOOR)
+        fade = DECAY**steps_off
+        loss = max(loss, fade * step * (1.0 - guard.rate * costs.T(1)))
+    return catch_up + TRIAL_STEPS * loss
 
 
 class Tries:
-    """Tries of drafting while it is off: each off step earns TRY_SHARE of what drafting could
-    win at best, and a try is made once the budget covers its price (``price_of_try``); a try
-    where the model wants no drafting lasts TRIAL_STEPS steps at PROBE_K."""
+    """Tries of drafting while it is off: each off step earns a share of what drafting could
+    win at best (FIRST_TRY_SHARE, halved by each failed try in a row down to TRY_SHARE), and a
+    try is made once the budget covers its price (``price_of_try``); a try where the model
+    wants no drafting lasts TRIAL_STEPS steps at PROBE_K."""
 
     def __init__(self) -> None:
-        self.budget = Budget(TRY_SHARE)
+        self.budget = Budget(FIRST_TRY_SHARE)
         self.price = self.earning = 0.0  # the next try's price, and what a step earns
         self.left = 0  # steps left of a try at PROBE_K
         self.started = False  # the guard's trial under way began as a try
+        self.failed = 0  # tries in a row that did not switch drafting back on
+        self.steps_off = 0  # steps since drafting last ran
 
     def earn(self, stake: float) -> None:
         """An off step: ``stake`` is what drafting could win in it at best."""
-        self.earning = TRY_SHARE * stake
+        self.steps_off += 1
+        self.earning = self.budget.share * stake
         self.budget.earn(stake, cap=max(self.earning * BANKED_STEPS, self.price))
+
+    def judged(self, on: bool) -> None:
+        """A try's trial ended with drafting ``on`` again (the share starts over) or not (it halves)."""
+        self.started = False
+        self.failed = 0 if on else self.failed + 1
+        self.budget.share = max(FIRST_TRY_SHARE / 2**self.failed, TRY_SHARE)
 
     def afford(self, price: float) -> bool:
         self.price = price
@@ -257,8 +281,12 @@ class AdaptiveController:
             return Choice(min(UNMEASURED_K, self.draft_max), math.nan, math.nan)
         rates = self.speeds()
         k = self.model_k(rates)
-        if k > 0 and (self._opening() or self.guard.pays(float(rates[0]))):
-            self.tries.left = 0
+        drafting = k > 0 and (self._opening() or self.guard.pays(float(rates[0])))
+        if self.tries.started and self.tries.left == 0 and (self.guard.judged or not drafting):
+            self.resumed = drafting  # the try's trial is over: drafting pays again, or not
+            self.tries.judged(drafting)
+        if drafting:
+            self.tries.left = self.tries.steps_off = 0
             if self.gated:  # the gate predicts each proposal, not the controller
                 return Choice(k, math.nan, float(rates[0]))
             choice = Choice(
@@ -276,6 +304,7 @@ class AdaptiveController:
         said no, else at PROBE_K; it is made once the budget affords its price."""
         base = float(rates[0])
         off = Choice(0, base, base)
+        self.resumed = False
         if self.tries.left > 0:
             self.tries.left -= 1
             return Choice(PROBE_K, float(rates[PROBE_K]), base)
@@ -287,10 +316,11 @@ class AdaptiveController:
         self.tries.earn((best_case - 1.0) * self.costs.T(1))
         if self.drafted:
             k = PROBE_K if self.gated or k_model == 0 else k_model
-            if not self.tries.afford(price_of_try(self.costs, rates, k, self.guard if k_model else None, behind)):
+            guard = self.guard if k_model else None
+            if not self.tries.afford(price_of_try(self.costs, rates, k, guard, behind, self.tries.steps_off)):
                 return off
         self.guard.restart()
-        self.tries.started = True
+        self.tries.started, self.tries.steps_off = True, 0
         if k_model > 0:
             return Choice(k_model, float(rates[k_model]), base)
         self.tries.left = TRIAL_STEPS - 1
@@ -308,10 +338,6 @@ class AdaptiveController:
         self.drafted = True
         if self._opening():
             return
-        judged = self.guard.judged
         n = self._last_drafted
         modelled = (n if passes is None else passes) * self.costs.t_draft + self.costs.T(n + 1)
         self.guard.observe(n_tokens, seconds, modelled if self.costs.verify else 0.0)
-        if self.guard.judged and not judged:
-            self.resumed = self.tries.started and self.guard.pays(self._base())
-            self.tries.started = False

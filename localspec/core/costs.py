@@ -276,9 +276,25 @@ class CostModel:
         self.rejected = 1.0
         self.predicted_rejected = 1.0
 
+    # The draft's passes and reads are kept relative to the machine's speed when they were
+    # timed (the verify curve's level, which the target's verifies, drafting or not, follow):
+    # a stretch of load slows both models, and what the draft measured in it must not stay
+    # its estimate once the target's passes say the machine is fast again.
     @property
     def t_draft(self) -> float:
-        return self.draft.seconds
+        return self.draft.seconds * self._speed()
+
+    @property
+    def own_t_draft(self) -> float:
+        """This load's own draft pass (``DraftCost.own_seconds``) at the machine's speed now."""
+        return self.draft.own_seconds * self._speed()
+
+    def read(self, n_tokens: int) -> float:
+        """Seconds for the draft model to read ``n_tokens`` at once (``DraftCost.read``)."""
+        return self.draft.read(n_tokens) * self._speed()
+
+    def _speed(self) -> float:
+        return math.exp(self.verify.level)
 
     def T(self, n: int) -> float:
         return self.verify.T(n)
@@ -290,7 +306,10 @@ class CostModel:
         self.verify.observe(n, seconds)
 
     def observe_draft(self, n_evals: int, seconds: float) -> None:
-        self.draft.observe(n_evals, seconds)
+        self.draft.observe(n_evals, seconds / self._speed())
+
+    def observe_read(self, n_tokens: int, seconds: float) -> None:
+        self.draft.observe_read(n_tokens, seconds / self._speed())
 
     @property
     def rejection_scale(self) -> float:

@@ -187,7 +187,7 @@ class SpeculativeEngine:
         costs = self.controller.costs
         costs.observe_verify(n_verified, t_verify)
         if draft.read_seconds > 0:  # the first pass caught up: timed as reading, not drafting
-            costs.draft.observe_read(draft.n_read, draft.read_seconds)
+            costs.observe_read(draft.n_read, draft.read_seconds)
             costs.observe_draft(draft.n_evals - 1, t_draft - draft.read_seconds)
         else:
             costs.observe_draft(draft.n_evals, t_draft)

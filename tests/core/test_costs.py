@@ -7,11 +7,13 @@ from hypothesis import strategies as st
 
 from localspec.core import costs
 from localspec.core.costs import (
+    DRAFT_WINDOW,
     LEVEL_WINDOW,
     MIN_SAMPLES,
     READ_MIN,
     STALE_AFTER,
     WINDOW,
+    CostModel,
     DraftCost,
     VerifyCurve,
     calibrate,
@@ -188,6 +190,23 @@ class TestDraftCost:
 
     def test_nothing_observed_is_free(self):
         assert DraftCost().seconds == 0.0
+
+    def test_what_the_draft_measured_in_a_slow_stretch_follows_the_machine_back(self):
+        # the target's verifies say the machine runs 2x slower, and the draft's passes and
+        # reads in that stretch take 2x too; once the verifies say it is fast again, so is the draft
+        model = CostModel({1: 1.0, 2: 1.1, 4: 1.3}, 0.2)
+        model.observe_read(100, 5.0)
+        for _ in range(LEVEL_WINDOW):
+            model.observe_verify(1, 2.0)
+        assert model.T(2) == pytest.approx(2.2)
+        for _ in range(DRAFT_WINDOW):
+            model.observe_draft(1, 0.4)
+            model.observe_read(100, 10.0)
+        assert model.t_draft == pytest.approx(0.4) and model.read(100) == pytest.approx(10.0)
+        for _ in range(LEVEL_WINDOW):
+            model.observe_verify(1, 1.0)
+        assert model.t_draft == pytest.approx(0.2) and model.read(100) == pytest.approx(5.0)
+        assert model.own_t_draft == pytest.approx(0.2)  # what the profile keeps, at the speed now
 
 
 def linear(n, call):

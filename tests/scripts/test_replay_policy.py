@@ -77,3 +77,21 @@ def test_another_machine_s_shape_at_this_recording_s_pace():
     assert shaped[6] == pytest.approx(0.2 * 2.4)  # past the shape: its last step, 0.2, per token
     assert t_draft == pytest.approx(0.06)
     assert replay_policy.reshape(curve, 0.05, [1.6], None)[1] == 0.05  # the recording's own draft pass
+
+
+def test_a_burst_slows_the_target_evaluations_it_spans_and_the_draft_passes_among_them():
+    clock = replay_policy.Clock(0.0, 0, burst=(2, 3, 2.0))
+    target = replay_policy.ReplayTarget(FakeModel(hashed_logits(1, V), V), CURVE, clock)
+    target.true = PROMPT + [7] * 10
+    seconds = []
+    for i in range(6):  # the prefill, then single tokens: evaluations 1..6
+        before = clock.now
+        target.sync(PROMPT + [7] * i, n_logits=1)
+        seconds.append(clock.now - before)
+    assert seconds == pytest.approx([CURVE[4], 2.0, 2.0, 2.0, 1.0, 1.0])  # evaluations 2, 3 and 4
+    clock.work(0.5)  # a draft pass after the burst
+    assert clock.now - sum(seconds) == pytest.approx(0.5)
+    clock.evals = 3
+    before = clock.now
+    clock.work(0.5)  # and one within it
+    assert clock.now - before == pytest.approx(1.0)
