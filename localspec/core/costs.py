@@ -58,13 +58,6 @@ DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass cat
 READ_MIN = 8
 READ_PRIOR = 0.25  # before any read is timed: a token read costs a quarter of a draft pass
 CONFIDENCE_DECAY = 0.95  # the confidence calibration fades like the acceptance counts (estimates.DECAY)
-# A token's confidence says less of the next token's acceptance than of its own: in replays of
-# fixed k = 4 on 34 recorded F16 replies, after an accepted token of confidence below 0.5 the next
-# was accepted 72 % of the time (mean confidence 0.64), after 0.5-0.8 80 %, after >= 0.95 92 %,
-# against 87 % for all tested tokens: about NEXT_WEIGHT of the token's own calibrated acceptance
-# and the rest the mean (docs/design.md). The mean starts from NEXT_PRIOR (accepted, tested).
-NEXT_WEIGHT = 0.5
-NEXT_PRIOR = (3.0, 4.0)
 
 clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
 
@@ -282,7 +275,6 @@ class CostModel:
         # by the rejections (sum of 1 - c) its confidences predicted, over the tokens tested.
         self.rejected = 1.0
         self.predicted_rejected = 1.0
-        self.accepted_tokens, self.tested_tokens = NEXT_PRIOR  # the mean acceptance of a tested token
 
     # The draft's passes and reads are kept relative to the machine's speed when they were
     # timed (the verify curve's level, which the target's verifies, drafting or not, follow):
@@ -328,17 +320,10 @@ class CostModel:
         tested = confidence[: n_accepted + 1]
         self.predicted_rejected = CONFIDENCE_DECAY * self.predicted_rejected + sum(1.0 - c for c in tested)
         self.rejected = CONFIDENCE_DECAY * self.rejected + (1.0 if n_accepted < len(confidence) else 0.0)
-        self.accepted_tokens = CONFIDENCE_DECAY * self.accepted_tokens + min(n_accepted, len(tested))
-        self.tested_tokens = CONFIDENCE_DECAY * self.tested_tokens + len(tested)
 
     def acceptance(self, c: float) -> float:
         """Calibrated chance that a draft token of confidence c is accepted."""
         return min(max(1.0 - (1.0 - c) * self.rejection_scale, 0.0), 1.0)
-
-    def next_acceptance(self, c: float) -> float:
-        """The chance that the token after one of confidence c is accepted (NEXT_WEIGHT)."""
-        a, mean = self.acceptance(c), self.accepted_tokens / self.tested_tokens
-        return max(a, NEXT_WEIGHT * a + (1.0 - NEXT_WEIGHT) * mean)
 
 
 def expected_tokens(alpha: float, k):

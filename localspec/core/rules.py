@@ -40,9 +40,8 @@ class MarginalRule:
 
     The rule looks ahead: a verify curve has steps (a kernel's tile size), and the row at a step
     alone never pays although the rows past it do, nearly free. So a token (or another pass) is
-    judged on the best of going on by 1..(draft_max_now - n) tokens, those still to come taken at
-    ``CostModel.next_acceptance`` of the last one's confidence (an unsure token is often followed
-    by sure ones). ``draft_max_now`` is ``k``, or ``draft_max`` while the draft is SURE of every
+    judged on the best of going on by 1..(draft_max_now - n) tokens, those still to come taken at the
+    last one's confidence. ``draft_max_now`` is ``k``, or ``draft_max`` while the draft is SURE of every
     token so far.
     """
 
@@ -57,16 +56,15 @@ class MarginalRule:
     def draft_max_now(self) -> int:
         return self.draft_max if self.sure else self.k
 
-    def _pays(self, first: float, rest: float, paid: bool) -> bool:
-        """Whether going on by j = 1..(draft_max_now - n) tokens beats stopping here, for some j:
-        the first of them accepted with chance ``first``, each after it with ``rest``;
-        ``paid``: the first is drafted already."""
+    def _pays(self, c: float, paid: bool) -> bool:
+        """Whether going on by j = 1..(draft_max_now - n) tokens of calibrated acceptance c beats
+        stopping here, for some j; ``paid``: the first of them is drafted already."""
         n_more = self.draft_max_now - self.n
         if n_more <= 0:
             return False
         js = np.arange(1, n_more + 1)
         t_draft = self.costs.t_draft
-        expected = self.expected + np.cumsum(self.p_chain * first * rest ** (js - 1))
+        expected = self.expected + np.cumsum(self.p_chain * c**js)
         seconds = (self.passes + js - paid) * t_draft + self._curve[self.n + 2 : self.n + 2 + n_more]
         rate = self.expected / (self.passes * t_draft + self._curve[self.n + 1])
         return bool((expected / seconds).max() > rate)
@@ -75,7 +73,7 @@ class MarginalRule:
         """Propose a token of confidence c? (Its draft pass is already paid for.)"""
         self.sure = self.sure and c >= SURE
         a = self.costs.acceptance(c)
-        if not self._pays(a, self.costs.next_acceptance(c), paid=True):
+        if not self._pays(a, paid=True):
             return False
         self.p_chain *= a
         self.expected += self.p_chain
@@ -84,8 +82,7 @@ class MarginalRule:
 
     def another_pass(self, c_next: float) -> bool:
         """Run the draft again, expecting the next token's confidence to be about c_next?"""
-        a_next = self.costs.next_acceptance(c_next)
-        if not self._pays(a_next, a_next, paid=False):
+        if not self._pays(self.costs.acceptance(c_next), paid=False):
             return False
         self.passes += 1
         return True

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from localspec.core import costs as costs_module
 from localspec.core.controller import AdaptiveController, FixedController
-from localspec.core.costs import NEXT_WEIGHT, CostModel
+from localspec.core.costs import CostModel
 from localspec.core.drafters import (
     Drafter,
     ModelDrafter,
@@ -177,31 +177,6 @@ class TestMarginalRule:
         for _ in range(100):  # now the first token is always rejected
             costs.observe_confidence([0.8, 0.8], n_accepted=0)
         assert costs.acceptance(0.8) < 0.5
-
-    def test_the_token_after_an_unsure_one_is_judged_nearer_the_mean(self):
-        costs = CostModel({1: 1.0, 2: 1.1})
-        for _ in range(100):  # 3 of 4 tested tokens accepted, confidences that predict it
-            costs.observe_confidence([0.9, 0.9, 0.6, 0.3], n_accepted=3)
-        mean = costs.accepted_tokens / costs.tested_tokens
-        assert mean == pytest.approx(0.75, abs=0.01)
-        a = costs.acceptance(0.3)
-        assert costs.next_acceptance(0.3) == pytest.approx(NEXT_WEIGHT * a + (1 - NEXT_WEIGHT) * mean)
-        assert costs.next_acceptance(0.3) > a + 0.1  # an unsure token does not make its followers unsure
-        assert costs.next_acceptance(0.99) == costs.acceptance(0.99)  # and a sure one keeps a sure run going
-
-    def test_a_draft_goes_on_past_an_unsure_token_where_the_next_ones_are_likely_accepted(self, monkeypatch):
-        # a draft pass 0.145 T(1), a verify row 0.05: another pass pays if its token is accepted with over ~0.6
-        costs = CostModel({n: 1.0 + 0.05 * (n - 1) for n in range(1, 10)}, 0.145)
-        for _ in range(100):
-            costs.observe_confidence([0.9, 0.9, 0.6, 0.3], n_accepted=3)
-
-        def drafted() -> int:
-            drafter = ModelDrafter(FakeModel(self.sure_but(unsure_at={1}, p_unsure=0.45), 10), 10, costs=costs)
-            return len(drafter.draft([1, 2, 3], 5, GREEDY, None).ids)
-
-        assert drafted() == 5
-        monkeypatch.setattr(costs_module, "NEXT_WEIGHT", 1.0)  # the next token taken at this one's acceptance
-        assert drafted() == 2
 
 
 class TestOracleDrafter:
