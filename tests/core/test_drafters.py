@@ -162,11 +162,19 @@ class TestMarginalRule:
 
     def test_past_k_an_unsure_token_ends_the_draft_that_k_would_have_kept_it_in(self):
         costs = CostModel(self.F16_STEP, t_draft=0.2)
-        late = ModelDrafter(FakeModel(self.sure_but(unsure_at={4}), 10), 10, costs=costs)
+        unsure = self.sure_but(unsure_at={4}, p_unsure=0.7)
+        late = ModelDrafter(FakeModel(unsure, 10), 10, costs=costs)
         assert len(late.draft([1, 2, 3], 3, GREEDY, None, draft_max=8).ids) == 4  # the 5th, past k, is refused
-        # within k the same token (0.8, a row of 0.09 T(1)) is proposed and the run goes on to k
-        early = ModelDrafter(FakeModel(self.sure_but(unsure_at={1}), 10), 10, costs=costs)
+        # within k the same token (0.7, a row of 0.09 T(1)) is proposed and the run goes on to k
+        early = ModelDrafter(FakeModel(self.sure_but(unsure_at={1}, p_unsure=0.7), 10), 10, costs=costs)
         assert len(early.draft([1, 2, 3], 5, GREEDY, None, draft_max=8).ids) == 5
+
+    def test_a_fairly_sure_token_does_not_end_a_run_past_k(self):
+        # 0.85 is at least SURE (0.8): on a flat curve the run goes on to draft_max (at 0.95, the
+        # old SURE, it stopped at k = 3, and code lost its runs past k: docs/design.md)
+        costs = CostModel({1: 1.0, 2: 1.03, 4: 1.1, 8: 1.4, 16: 2.0}, t_draft=0.1)
+        d = ModelDrafter(FakeModel(self.sure_but(unsure_at={2, 4}, p_unsure=0.85), 10), 10, costs=costs)
+        assert len(d.draft([1, 2, 3], 3, GREEDY, None, draft_max=8).ids) == 8
 
     def test_confidence_is_calibrated_by_measured_rejections(self):
         costs = CostModel({1: 1.0, 2: 1.1})
