@@ -104,7 +104,7 @@ class VerifyCurve:
         if n in self._reference:
             self._follow(math.log(seconds / self._reference[n]))
         samples = self._samples.setdefault(n, deque(maxlen=WINDOW))
-        samples.append(seconds / math.exp(self.level))
+        samples.append(seconds / self.time_scale)
         if n not in self._reference and len(samples) >= MIN_SAMPLES:  # first met online
             self._reference[n] = median(samples)
         self._seen[n] = self.n_observed
@@ -153,10 +153,15 @@ class VerifyCurve:
         return other
 
     # --- the estimate ----------------------------------------------------------------
+    @property
+    def time_scale(self) -> float:
+        """How much slower the machine runs now than at load (exp(level); below 1: faster)."""
+        return math.exp(self.level)
+
     def points(self) -> dict[int, float]:
         """The monotone estimate at each measured size."""
         xs = self.sizes
-        scale = math.exp(self.level)
+        scale = self.time_scale
         return {n: t * scale for n, t in zip(xs, isotonic([self._samples[n] for n in xs]))}
 
     def curve(self, draft_max: int) -> np.ndarray:
@@ -282,19 +287,16 @@ class CostModel:
     # its estimate once the target's passes say the machine is fast again.
     @property
     def t_draft(self) -> float:
-        return self.draft.seconds * self._speed()
+        return self.draft.seconds * self.verify.time_scale
 
     @property
     def own_t_draft(self) -> float:
         """This load's own draft pass (``DraftCost.own_seconds``) at the machine's speed now."""
-        return self.draft.own_seconds * self._speed()
+        return self.draft.own_seconds * self.verify.time_scale
 
     def read(self, n_tokens: int) -> float:
         """Seconds for the draft model to read ``n_tokens`` at once (``DraftCost.read``)."""
-        return self.draft.read(n_tokens) * self._speed()
-
-    def _speed(self) -> float:
-        return math.exp(self.verify.level)
+        return self.draft.read(n_tokens) * self.verify.time_scale
 
     def T(self, n: int) -> float:
         return self.verify.T(n)
@@ -306,10 +308,10 @@ class CostModel:
         self.verify.observe(n, seconds)
 
     def observe_draft(self, n_evals: int, seconds: float) -> None:
-        self.draft.observe(n_evals, seconds / self._speed())
+        self.draft.observe(n_evals, seconds / self.verify.time_scale)
 
     def observe_read(self, n_tokens: int, seconds: float) -> None:
-        self.draft.observe_read(n_tokens, seconds / self._speed())
+        self.draft.observe_read(n_tokens, seconds / self.verify.time_scale)
 
     @property
     def rejection_scale(self) -> float:
