@@ -209,8 +209,7 @@ def replay(args) -> None:
     rec = json.loads(Path(args.recording).read_text())
     memo_path = Path(args.recording + ".memo")
     memo = pickle.loads(memo_path.read_bytes()) if memo_path.exists() else {}
-    burst = tuple(float(x) if i == 2 else int(x) for i, x in enumerate(args.burst.split(","))) if args.burst else None
-    clock = Clock(args.noise, args.seed, burst)
+    clock = Clock(args.noise, args.seed, args.burst)
     costs_module.clock = clock
     real = llama_backend.LlamaModel.load(Path(args.draft), 4096, 2, 0)
     curve, t_draft = {int(n): t for n, t in rec["curve"].items()}, rec["t_draft"]
@@ -290,7 +289,8 @@ def main() -> None:
     rep.add_argument("--trace", default="")
     rep.add_argument(
         "--burst",
-        default="",
+        type=parse_burst,
+        default=None,
         metavar="START,LENGTH,FACTOR",
         help="target evaluations START to START+LENGTH of each reply (the prefill is 1) and the draft passes "
         "among them run FACTOR times slower: a busy stretch, e.g. 8,12,1.6",
@@ -318,6 +318,21 @@ def main() -> None:
         for assignment in args.set:
             override(assignment)
         replay(args)
+
+
+def parse_burst(text: str) -> tuple[int, int, float]:
+    """``--burst START,LENGTH,FACTOR``: two whole numbers of target evaluations and a slowdown."""
+    parts = text.split(",")
+    try:
+        start, length, factor = int(parts[0]), int(parts[1]), float(parts[2])
+    except (ValueError, IndexError):
+        start = -1
+    if len(parts) != 3 or start < 0 or length < 1 or not factor > 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give START,LENGTH,FACTOR: the first target evaluation of the busy stretch (0 or more), "
+            "how many it spans (1 or more) and how much slower they run (a number above 0), e.g. 8,12,1.6"
+        )
+    return start, length, factor
 
 
 def override(assignment: str) -> None:

@@ -1,13 +1,15 @@
 """One cold reply, step by step: what the controller chose and believed, and what the step cost.
 
-Loads the pair as ``localspec run`` does (calibration, no warm-up, no profile), runs one prompt
+Loads the pair as ``localspec run`` does (calibration, no warm-up; with ``--profile`` from the
+pair's profile in the data dir, as for a returning user, else from none), runs one prompt
 of a suite greedily, and prints per step the draft length k, the tokens drafted and accepted,
 the draft's and the verify's time, and the cost model's draft pass and T(1) at that point; then
 the totals. Where auto and a fixed configuration differ on a prompt, two traces side by side
 show whether the choice or the costs it rests on part from what the steps measured.
 
     .venv/bin/python scripts/trace_reply.py --target models/qwen2.5-coder-1.5b-f16.gguf \\
-        --draft models/qwen2.5-coder-0.5b.gguf --prompt held-edit-errors-go [--suite heldout] [--fixed 4]
+        --draft models/qwen2.5-coder-0.5b.gguf --prompt held-edit-errors-go [--suite heldout] [--fixed 4] \\
+        [--profile]
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 from localspec.bench import suites
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.sampling import SamplingParams
+from localspec.models.profiles import PROFILES_FILE, ProfileStore
+from localspec.settings import data_dir
 
 
 def main() -> None:
@@ -28,12 +32,19 @@ def main() -> None:
     ap.add_argument("--suite", default="heldout")
     ap.add_argument("--fixed", type=int, default=0, help="draft this many every step (--no-adapt, p_min 0)")
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="start from the pair's profile in the data dir (LOCALSPEC_DATA_DIR), as `localspec run` does "
+        "for a returning user, and add this reply to it",
+    )
     args = ap.parse_args()
     prompts = {p["id"]: p["prompt"] for p in suites.load_suite(args.suite)["prompts"]}
     if args.prompt not in prompts:
         raise SystemExit(f"no prompt {args.prompt!r} in the {args.suite} suite: {', '.join(prompts)}")
     options = LoadOptions(adaptive=False, draft_max=args.fixed, p_min=0.0) if args.fixed else LoadOptions()
-    session = Session.load(PairSpec(Path(args.target), Path(args.draft)), options)
+    profiles = ProfileStore(data_dir() / PROFILES_FILE) if args.profile else None
+    session = Session.load(PairSpec(Path(args.target), Path(args.draft)), options, profiles=profiles)
     try:
         costs = session.costs
         print(

@@ -231,6 +231,13 @@ class TestInputText:
         rc = run_cli(tiny_pair, "-", "--json", stdin=b"hello \xff\xfe world \xc3", monkeypatch=monkeypatch)
         assert rc == 0 and json.loads(capsys.readouterr().out)["n_tokens"] == 8
 
+    @pytest.mark.parametrize("ending", ["\n", "\r\n", "\n\n"])
+    def test_a_piped_prompt_s_last_newlines_are_not_the_message_s(self, tiny_pair, capsys, monkeypatch, ending):
+        assert run_cli(tiny_pair, "-", "--json", stdin=f"say hello{ending}".encode(), monkeypatch=monkeypatch) == 0
+        piped = json.loads(capsys.readouterr().out)["text"]
+        assert run_cli(tiny_pair, "say hello", "--json") == 0
+        assert piped == json.loads(capsys.readouterr().out)["text"]  # echo "say hello" | localspec run -
+
     @pytest.mark.parametrize("prompt", ["tab\there\x00nul\x07bell\x1b[31mansi\r\n", "안녕 세계 😀 🇰🇷 e\u0301"])
     def test_control_characters_korean_and_emoji(self, tiny_pair, capsys, prompt):
         assert run_cli(tiny_pair, prompt, "--json") == 0

@@ -192,10 +192,13 @@ def _fail(message: str, code: int) -> int:
 
 
 def read_prompt(arg: str) -> str:
-    """'-' reads stdin as bytes: invalid UTF-8 in a piped file becomes U+FFFD, not a traceback."""
+    """'-' reads stdin as bytes: invalid UTF-8 in a piped file becomes U+FFFD, not a traceback.
+    The newlines that end a file or an ``echo`` are not part of the message (the shell's
+    ``$(cat file)`` drops them too): with them the model answers another message, and a piped
+    prompt would not get the reply the same prompt typed as an argument gets."""
     if arg != "-":
         return arg
-    return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+    return sys.stdin.buffer.read().decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 def cmd_run(args) -> int:

@@ -95,3 +95,13 @@ def test_a_burst_slows_the_target_evaluations_it_spans_and_the_draft_passes_amon
     before = clock.now
     clock.work(0.5)  # and one within it
     assert clock.now - before == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("text", ["8,12", "8,12,1.6,2", "a,12,2", "8,0,2", "-1,12,2", "8,12,0", "8,12,x"])
+def test_a_malformed_burst_says_what_it_wants(text):
+    with pytest.raises(Exception, match="START,LENGTH,FACTOR"):
+        replay_policy.parse_burst(text)
+
+
+def test_a_burst_parses_to_its_three_numbers():
+    assert replay_policy.parse_burst("8,12,1.6") == (8, 12, 1.6)

@@ -42,3 +42,17 @@ def test_an_unknown_prompt_names_the_suite_s(pair, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["trace_reply.py", *pair, "--prompt", "nope"])
     with pytest.raises(SystemExit, match="no prompt 'nope'.*p1"):
         trace_reply.main()
+
+
+def test_a_profile_is_read_and_kept_only_when_asked(pair, tmp_path, monkeypatch, capsys):
+    data = tmp_path / "data"
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(data))
+    monkeypatch.setattr(sys, "argv", ["trace_reply.py", *pair, "--prompt", "p1", "--max-tokens", "12"])
+    trace_reply.main()
+    assert not (data / "profiles.json").exists()  # a trace from no profile leaves none
+    monkeypatch.setattr(sys, "argv", ["trace_reply.py", *pair, "--prompt", "p1", "--max-tokens", "12", "--profile"])
+    trace_reply.main()
+    profiles = json.loads((data / "profiles.json").read_text())
+    uses = [use for entry in profiles.values() for use in entry.get("use", {}).values()]
+    assert any(use["tokens"] > 0 for use in uses)  # this reply was counted, as `localspec run` counts it
+    capsys.readouterr()
