@@ -521,3 +521,51 @@ class TestColdResume:
         assert "give --json" in capsys.readouterr().err
         assert main([*cold_args, "--json", str(tmp_path / "none.json")]) == 2
         assert "does not exist" in capsys.readouterr().err
+
+
+class TestSweepSpread:
+    @staticmethod
+    def runs(mode, tps):
+        from localspec.bench.measure import WarmRun
+
+        return [
+            WarmRun(
+                prompt_id="p",
+                category="code",
+                mode=mode,
+                temperature=0.0,
+                stats={"tokens_per_second": x},
+                text="",
+                tokens=[],
+                alpha=None,
+            )
+            for x in tps
+        ]
+
+    def collected(self, auto, alone, fixed):
+        prompt = {"id": "p"}
+        runs = {"none": self.runs("none", alone), "draft": self.runs("draft", auto)}
+        runs[bench_modes.fixed_mode(4, 0.0)] = self.runs(bench_modes.fixed_mode(4, 0.0), fixed)
+        return [(prompt, 0.0, runs)]
+
+    def test_a_stretch_fast_for_every_mode_spreads_tok_s_but_not_the_paired_speed_up(self):
+        from localspec.bench.report import sweep_markdown, sweep_summary
+
+        # the third repeat ran 1.4x faster for everything: auto's speed-up held at 1.5 each time
+        (row,) = sweep_summary(self.collected(auto=[15.0, 15.0, 21.0], alone=[10.0, 10.0, 14.0], fixed=[14, 14, 19.6]))
+        assert row["auto_spread"] == pytest.approx(1.4)
+        assert row["auto_spread_paired"] == pytest.approx(1.0)
+        table = "\n".join(sweep_markdown([row]))
+        assert "its speed-up's spread (paired)" in table and "| 1.40 | 1.00 |" in table
+
+    def test_an_erratic_auto_spreads_both(self):
+        from localspec.bench.report import sweep_summary
+
+        (row,) = sweep_summary(self.collected(auto=[15.0, 11.0, 15.0], alone=[10.0, 10.0, 10.0], fixed=[14, 14, 14]))
+        assert row["auto_spread_paired"] == pytest.approx(15 / 11)
+
+    def test_without_the_target_alone_at_every_repeat_there_is_no_paired_spread(self):
+        from localspec.bench.report import sweep_markdown, sweep_summary
+
+        (row,) = sweep_summary(self.collected(auto=[15.0, 14.0], alone=[10.0], fixed=[14, 14]))
+        assert row["auto_spread_paired"] is None and "| — |" in "\n".join(sweep_markdown([row]))
