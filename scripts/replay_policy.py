@@ -6,6 +6,7 @@
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
         [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27] \\
         [--burst 8,12,1.6]
+    .venv/bin/python scripts/replay_policy.py runs f16.json [held.json ...]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
 and keeps, per prompt of the suite (default: the default one), the prompt's tokens and the target's greedy reply.
@@ -26,6 +27,9 @@ prompt, tokens/s over the target alone, mean draft length and acceptance per pol
 and a draft pass in T(1), as docs/benchmarks.md gives them per machine (the recording's T(1)
 stays), so a change can be checked against a steep curve on a machine whose own is flat.
 Timings are modelled, not measured: it compares policies; the bench measures them.
+``runs`` reads recordings already replayed (their memo) and prints how many of four blindly
+drafted tokens are accepted, by the first one's confidence, beside what the marginal rule's
+look-ahead expects (``first_token_runs``).
 """
 
 from __future__ import annotations
@@ -269,6 +273,67 @@ def report(results: dict, policies: list[str]) -> None:
         print("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
 
 
+RUN_BINS = (0.0, 0.4, 0.6, 0.8, 0.95, 1.01)  # the first draft token's confidence
+
+
+def top_token(memo: dict, context: list[int]) -> tuple[int, float] | None:
+    """The draft's top token after ``context`` and its probability, from the memo (None: not memoised)."""
+    row = memo.get(hash(tuple(context)))
+    if row is None:
+        return None
+    ids, logits, lse = row
+    j = int(np.argmax(logits))
+    return int(ids[j]), math.exp(float(logits[j]) - lse)
+
+
+def first_token_runs(prompts: list[dict], memo: dict, n: int = 4) -> list[dict]:
+    """How many of ``n`` blindly drafted tokens are accepted, by the first one's confidence: at
+    each position of each recorded reply (the true text before it), the draft's top token is
+    compared with the reply's there and after it, as a greedy verify would. Beside it what the
+    marginal rule's look-ahead expects (every token after the first at the first's confidence).
+    Positions whose rows the memo lacks (never replayed) are left out."""
+    cells: list[list] = [[] for _ in RUN_BINS[1:]]
+    for p in prompts:
+        context, reply = list(p["prompt"]), p["reply"]
+        tops = [top_token(memo, context + reply[:i]) for i in range(len(reply))]
+        for i in range(len(reply) - n):
+            if any(t is None for t in tops[i : i + n]):
+                continue
+            accepted = 0
+            while accepted < n and tops[i + accepted][0] == reply[i + accepted]:  # type: ignore[index]
+                accepted += 1
+            c = tops[i][1]  # type: ignore[index]
+            b = next(j for j, hi in enumerate(RUN_BINS[1:]) if c < hi)
+            cells[b].append((accepted, sum(c**j for j in range(1, n + 1))))
+    rows = []
+    for (lo, hi), cell in zip(zip(RUN_BINS, RUN_BINS[1:]), cells):
+        if cell:
+            rows.append(
+                {
+                    "confidence": (lo, min(hi, 1.0)),
+                    "n": len(cell),
+                    "mean_accepted": statistics.mean(a for a, _ in cell),
+                    "look_ahead": statistics.mean(e for _, e in cell),
+                    "all_accepted": statistics.mean(a == n for a, _ in cell),
+                }
+            )
+    return rows
+
+
+def runs(args) -> None:
+    prompts, memo = [], {}
+    for path in args.recordings:
+        prompts += json.loads(Path(path).read_text())["prompts"]
+        memo.update(pickle.loads(Path(path + ".memo").read_bytes()))
+    print("first token's confidence   positions   mean accepted of 4   the look-ahead expects   all 4 accepted")
+    for r in first_token_runs(prompts, memo):
+        lo, hi = r["confidence"]
+        print(
+            f"{lo:.2f}-{hi:.2f}".ljust(27) + f"{r['n']:9d}" + f"{r['mean_accepted']:21.2f}"
+            f"{r['look_ahead']:25.2f}" + f"{100 * r['all_accepted']:16.0f} %"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -311,9 +376,13 @@ def main() -> None:
         help="a tuning constant of localspec.core changed for this replay, e.g. controller.OPENING_STEPS=0 "
         "(what a mechanism is worth)",
     )
+    acc = sub.add_parser("runs", help="accepted tokens of 4 drafted blindly, by the first one's confidence")
+    acc.add_argument("recordings", nargs="+", help="recordings replayed at least once (their .memo beside them)")
     args = parser.parse_args()
     if args.command == "record":
         record(args)
+    elif args.command == "runs":
+        runs(args)
     else:
         for assignment in args.set:
             override(assignment)

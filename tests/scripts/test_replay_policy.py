@@ -2,6 +2,7 @@
 timed on a virtual clock from the measured curve, with the draft's rows memoised."""
 
 import importlib.util
+import math
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,29 @@ def test_a_malformed_burst_says_what_it_wants(text):
 
 def test_a_burst_parses_to_its_three_numbers():
     assert replay_policy.parse_burst("8,12,1.6") == (8, 12, 1.6)
+
+
+def memo_row(top: int, p: float):
+    """A memoised draft row whose top token is ``top`` at probability ``p`` (the rest elsewhere)."""
+    logits = np.array([math.log(p), math.log((1 - p) / 2)], np.float32)
+    return (np.array([top, top + 1]), logits, 0.0)
+
+
+def test_first_token_runs_count_the_accepted_prefix_by_the_first_token_s_confidence():
+    prompt, reply = [1, 2], [10, 11, 12, 13, 14, 15]
+    # the draft's top token: right at positions 0-2, wrong at 3, right after; sure except at 0
+    guesses = {0: (10, 0.5), 1: (11, 0.99), 2: (12, 0.99), 3: (99, 0.99), 4: (14, 0.99), 5: (15, 0.99)}
+    memo = {hash(tuple(prompt + reply[:i])): memo_row(*guesses[i]) for i in range(len(reply))}
+    rows = replay_policy.first_token_runs([{"prompt": prompt, "reply": reply}], memo, n=4)
+    by_bin = {r["confidence"]: r for r in rows}
+    unsure = by_bin[(0.4, 0.6)]  # position 0: three accepted before the miss at 3
+    assert unsure["n"] == 1 and unsure["mean_accepted"] == 3 and unsure["all_accepted"] == 0
+    assert unsure["look_ahead"] == pytest.approx(0.5 + 0.25 + 0.125 + 0.0625)
+    sure = by_bin[(0.95, 1.0)]  # position 1: 11, 12 then the miss (positions 2+ lack 4 rows after them)
+    assert sure["n"] == 1 and sure["mean_accepted"] == 2
+
+
+def test_positions_the_memo_lacks_are_left_out():
+    prompt, reply = [1], [10, 11, 12, 13, 14]
+    memo = {hash(tuple(prompt + reply[:i])): memo_row(10 + i, 0.99) for i in (0, 1, 2)}  # 3 lacks its row
+    assert replay_policy.first_token_runs([{"prompt": prompt, "reply": reply}], memo, n=4) == []
