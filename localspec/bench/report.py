@@ -77,9 +77,7 @@ def curve_comparison(engine: CostModel, direct: CostModel) -> dict:
 
 
 def sweep_summary(collected) -> list[dict]:
-    """Per prompt: auto (draft or MTP mode) beside the best fixed configuration, and auto's spread:
-    of its tok/s, and of its speed-up over the target alone of the same repeat (paired), which a
-    stretch where the machine ran faster or slower for every mode does not move."""
+    """Per prompt: auto (draft or MTP mode) beside the best fixed configuration, and auto's spread."""
     out = []
     for prompt, temp, runs in collected:
         auto_mode = next((m for m in MODEL_MODES if m in runs), None)
@@ -91,8 +89,6 @@ def sweep_summary(collected) -> list[dict]:
             continue
         best = max(fixed, key=lambda m: fixed[m])
         auto = [r.stats["tokens_per_second"] for r in runs[auto_mode]]
-        alone = [r.stats["tokens_per_second"] for r in runs.get("none", [])]
-        paired = [a / n for a, n in zip(auto, alone) if n > 0] if len(alone) == len(auto) else []
         base = med.get("none")
         out.append(
             {
@@ -103,7 +99,6 @@ def sweep_summary(collected) -> list[dict]:
                 "best_fixed_tps": fixed[best],
                 "auto_over_best_fixed": med[auto_mode] / fixed[best],
                 "auto_spread": max(auto) / min(auto) if min(auto) > 0 else None,
-                "auto_spread_paired": max(paired) / min(paired) if paired and min(paired) > 0 else None,
                 "auto_speedup": med[auto_mode] / base if base else None,
                 "best_fixed_speedup": fixed[best] / base if base else None,
                 "fixed_k4_p075_tps": fixed.get(fixed_mode(4, 0.75)),
@@ -324,14 +319,13 @@ def sweep_markdown(sweep: list[dict] | None) -> list[str]:
     lines = [
         "",
         "| prompt | auto tok/s | best fixed | its tok/s | auto ÷ best fixed | auto spread (max÷min) "
-        "| its speed-up's spread (paired) | auto speed-up | best fixed speed-up |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| auto speed-up | best fixed speed-up |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for x in sweep:
         lines.append(
             f"| {x['prompt_id']} | {f(x['auto_tps'], 1)} | {x['best_fixed']} | {f(x['best_fixed_tps'], 1)} | "
-            f"{f(x['auto_over_best_fixed'])} | {f(x['auto_spread'])} | {f(x.get('auto_spread_paired'))} | "
-            f"{f(x['auto_speedup'])} | "
+            f"{f(x['auto_over_best_fixed'])} | {f(x['auto_spread'])} | {f(x['auto_speedup'])} | "
             f"{f(x['best_fixed_speedup'])} |"
         )
     return lines
