@@ -39,6 +39,19 @@ class TestVerifyCurve:
         c.observe(2, 5.0)  # a page fault
         assert c.T(2) == pytest.approx(1.1)
 
+    def test_a_burst_during_a_thin_size_s_samples_is_not_its_cost_nor_the_slope_past_it(self):
+        # sizes 1-8 well measured (0.1 + 0.15 per row); 9 met twice on runs past k, once in a burst
+        c = curve_of({n: [0.1 + 0.15 * (n - 1)] * 3 for n in range(1, 9)})
+        c.observe(9, 1.5)  # its first verify builds the graph: not kept
+        c.observe(9, 1.3)
+        c.observe(9, 4.5)  # a busy neighbour: 3.5x
+        assert c.n_samples(9) == 2
+        assert c.T(9) == pytest.approx(1.3)  # the mean of the two would be 2.9
+        assert c.T(16) < 1.3 + 7 * 0.3  # past it, the slope of the measured sizes, not of the burst
+        for _ in range(2):
+            c.observe(9, 1.35)  # enough samples: the median again, the burst outvoted
+        assert c.T(9) == pytest.approx(1.35)
+
     def test_a_high_point_does_not_lift_every_larger_size(self):
         # T(4) measured 3x too high once per round: its median is wrong, but the sizes above
         # keep their own values (the old running maximum carried 3.0 to every n >= 4)
