@@ -63,8 +63,15 @@ class TestVerifyCurve:
     def test_interpolates_between_and_extends_beyond(self):
         c = curve_of({1: [1.0], 2: [1.2], 4: [1.6]})
         assert c.T(3) == pytest.approx(1.4)
-        assert c.T(6) == pytest.approx(2.0)  # slope of the last two points
+        assert c.T(6) == pytest.approx(2.0)  # along the measured slope
         assert c.curve(3)[0] == 0.0
+
+    def test_past_the_largest_size_the_typical_slope_not_the_last_step(self):
+        # the Zen 4 EPYC's engine curve in a warm sweep: a kernel's step at 7, and 8 a little high;
+        # measured directly T(16) was 3.28. The last two points' slope (0.28 a row) gave 4.64.
+        c = curve_of({n: [t] * 3 for n, t in zip(range(1, 9), [1.0, 1.3, 1.43, 1.47, 1.51, 1.57, 2.12, 2.40])})
+        assert c.T(16) == pytest.approx(3.28, rel=0.1)
+        assert c.T(9) > c.T(8)  # still rising
 
     def test_one_size_known_is_read_as_linear(self):
         assert VerifyCurve({1: 0.5}).T(4) == pytest.approx(2.0)
