@@ -117,6 +117,11 @@ class ReplayTarget(CachedModel):
         return self.vocab.is_eog(token)
 
 
+def memo_key(context) -> int:
+    """Where the memo keeps the draft's row after ``context`` (the tokens so far)."""
+    return hash(tuple(context))
+
+
 class MemoDraft(ReplayTarget):
     """The real draft model, each row memoised by its context (top TOP logits and the
     log-sum-exp, the rest of the mass spread evenly), timed as a pass or as reading."""
@@ -129,7 +134,7 @@ class MemoDraft(ReplayTarget):
         n = len(tokens)
         self.clock.work(self.t_draft if n <= 2 else self.read * n)
         ctx = self.cached[:start] + list(tokens)
-        keys = [hash(tuple(ctx[: j + 1])) for j in range(len(ctx) - n_logits, len(ctx))]
+        keys = [memo_key(ctx[: j + 1]) for j in range(len(ctx) - n_logits, len(ctx))]
         if not all(k in self.memo for k in keys):
             for key, row in zip(keys, self.vocab.sync(ctx, n_logits=n_logits) or []):
                 r = np.asarray(row, np.float64)
@@ -278,7 +283,7 @@ RUN_BINS = (0.0, 0.4, 0.6, 0.8, 0.95, 1.01)  # the first draft token's confidenc
 
 def top_token(memo: dict, context: list[int]) -> tuple[int, float] | None:
     """The draft's top token after ``context`` and its probability, from the memo (None: not memoised)."""
-    row = memo.get(hash(tuple(context)))
+    row = memo.get(memo_key(context))
     if row is None:
         return None
     ids, logits, lse = row
@@ -391,16 +396,19 @@ def main() -> None:
 
 def parse_burst(text: str) -> tuple[int, int, float]:
     """``--burst START,LENGTH,FACTOR``: two whole numbers of target evaluations and a slowdown."""
+    problem = argparse.ArgumentTypeError(
+        f"{text!r}: give START,LENGTH,FACTOR: the first target evaluation of the busy stretch (0 or more), "
+        "how many it spans (1 or more) and how much slower they run (a number above 0), e.g. 8,12,1.6"
+    )
     parts = text.split(",")
+    if len(parts) != 3:
+        raise problem
     try:
         start, length, factor = int(parts[0]), int(parts[1]), float(parts[2])
-    except (ValueError, IndexError):
-        start = -1
-    if len(parts) != 3 or start < 0 or length < 1 or not factor > 0:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give START,LENGTH,FACTOR: the first target evaluation of the busy stretch (0 or more), "
-            "how many it spans (1 or more) and how much slower they run (a number above 0), e.g. 8,12,1.6"
-        )
+    except ValueError:
+        raise problem from None
+    if start < 0 or length < 1 or not factor > 0:
+        raise problem
     return start, length, factor
 
 

@@ -118,7 +118,7 @@ def test_first_token_runs_count_the_accepted_prefix_by_the_first_token_s_confide
     prompt, reply = [1, 2], [10, 11, 12, 13, 14, 15]
     # the draft's top token: right at positions 0-2, wrong at 3, right after; sure except at 0
     guesses = {0: (10, 0.5), 1: (11, 0.99), 2: (12, 0.99), 3: (99, 0.99), 4: (14, 0.99), 5: (15, 0.99)}
-    memo = {hash(tuple(prompt + reply[:i])): memo_row(*guesses[i]) for i in range(len(reply))}
+    memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(*guesses[i]) for i in range(len(reply))}
     rows = replay_policy.first_token_runs([{"prompt": prompt, "reply": reply}], memo, n=4)
     by_bin = {r["confidence"]: r for r in rows}
     unsure = by_bin[(0.4, 0.6)]  # position 0: three accepted before the miss at 3
@@ -130,5 +130,5 @@ def test_first_token_runs_count_the_accepted_prefix_by_the_first_token_s_confide
 
 def test_positions_the_memo_lacks_are_left_out():
     prompt, reply = [1], [10, 11, 12, 13, 14]
-    memo = {hash(tuple(prompt + reply[:i])): memo_row(10 + i, 0.99) for i in (0, 1, 2)}  # 3 lacks its row
+    memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(10 + i, 0.99) for i in (0, 1, 2)}  # 3 lacks its row
     assert replay_policy.first_token_runs([{"prompt": prompt, "reply": reply}], memo, n=4) == []
