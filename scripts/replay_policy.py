@@ -6,7 +6,7 @@
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
         [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27] \\
         [--burst 8,12,1.6]
-    .venv/bin/python scripts/replay_policy.py runs f16.json [held.json ...]
+    .venv/bin/python scripts/replay_policy.py runs f16.json [held.json ...] [--prompts 'code-*,edit-*'] [--skip ID]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
 and keeps, per prompt of the suite (default: the default one), the prompt's tokens and the target's greedy reply.
@@ -29,12 +29,14 @@ stays), so a change can be checked against a steep curve on a machine whose own 
 Timings are modelled, not measured: it compares policies; the bench measures them.
 ``runs`` reads recordings already replayed (their memo) and prints how many of four blindly
 drafted tokens are accepted, by the first one's confidence, beside what the marginal rule's
-look-ahead expects (``first_token_runs``).
+look-ahead expects (``first_token_runs``), over the prompts ``--prompts`` picks and ``--skip``
+leaves (shell-style patterns of prompt ids): a kind of text at a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import pickle
@@ -325,11 +327,25 @@ def first_token_runs(prompts: list[dict], memo: dict, n: int = 4) -> list[dict]:
     return rows
 
 
+def select(prompts: list[dict], include: str = "", skip: str = "") -> list[dict]:
+    """The prompts whose id matches a pattern of ``include`` (comma-separated, shell-style, e.g.
+    ``code-*,edit-*``; empty: all) and none of ``skip``."""
+
+    def matches(prompt_id: str, patterns: str) -> bool:
+        return any(fnmatch.fnmatchcase(prompt_id, pattern) for pattern in patterns.split(",") if pattern)
+
+    return [p for p in prompts if (not include or matches(p["id"], include)) and not matches(p["id"], skip)]
+
+
 def runs(args) -> None:
     prompts, memo = [], {}
     for path in args.recordings:
         prompts += json.loads(Path(path).read_text())["prompts"]
         memo.update(pickle.loads(Path(path + ".memo").read_bytes()))
+    prompts = select(prompts, args.prompts, args.skip)
+    if not prompts:
+        wanted = f"--prompts {args.prompts!r} --skip {args.skip!r}"
+        raise SystemExit(f"no prompt of {', '.join(args.recordings)} matches {wanted}")
     print("first token's confidence   positions   mean accepted of 4   the look-ahead expects   all 4 accepted")
     for r in first_token_runs(prompts, memo):
         lo, hi = r["confidence"]
@@ -383,6 +399,8 @@ def main() -> None:
     )
     acc = sub.add_parser("runs", help="accepted tokens of 4 drafted blindly, by the first one's confidence")
     acc.add_argument("recordings", nargs="+", help="recordings replayed at least once (their .memo beside them)")
+    acc.add_argument("--prompts", default="", help="only these prompt ids, comma-separated patterns: 'code-*,edit-*'")
+    acc.add_argument("--skip", default="", help="not these prompt ids (patterns as --prompts)")
     args = parser.parse_args()
     if args.command == "record":
         record(args)

@@ -132,3 +132,16 @@ def test_positions_the_memo_lacks_are_left_out():
     prompt, reply = [1], [10, 11, 12, 13, 14]
     memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(10 + i, 0.99) for i in (0, 1, 2)}  # 3 lacks its row
     assert replay_policy.first_token_runs([{"prompt": prompt, "reply": reply}], memo, n=4) == []
+
+
+def test_runs_pick_a_kind_of_text_by_prompt_id_patterns():
+    prompts = [{"id": i} for i in ("code-lru", "edit-js", "explain-gil", "held-explain-hash", "held-edit-guards-py")]
+
+    def ids(picked):
+        return [p["id"] for p in picked]
+
+    assert ids(replay_policy.select(prompts)) == [p["id"] for p in prompts]
+    code = ["code-lru", "edit-js", "held-edit-guards-py"]
+    assert ids(replay_policy.select(prompts, "code-*,edit-*,held-edit-*")) == code
+    assert ids(replay_policy.select(prompts, "*explain-*", skip="held-explain-hash")) == ["explain-gil"]
+    assert replay_policy.select(prompts, "summary-*") == []
