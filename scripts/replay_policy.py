@@ -228,7 +228,7 @@ def replay(args) -> None:
         curve, t_draft = reshape(curve, t_draft, [float(x) for x in args.shape.split(",")], args.draft_pass)
     target = ReplayTarget(real, curve, clock)
     draft = MemoDraft(real, t_draft, rec["read"], clock, memo)
-    prompts = [p for p in rec["prompts"] if not args.prompts or p["id"] in args.prompts.split(",")]
+    prompts = select(rec["prompts"], args.prompts)  # exact ids, or patterns as for runs
     policies = args.policies.split(",")
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
     for policy in policies:
