@@ -3,7 +3,8 @@
 Loads the pair as ``localspec run`` does (calibration, no warm-up; with ``--profile`` from the
 pair's profile in the data dir, as for a returning user, else from none), runs one prompt
 of a suite greedily, and prints per step the draft length k, the tokens drafted and accepted,
-the draft's and the verify's time, and the cost model's draft pass and T(1) at that point; then
+the draft's and the verify's time, the cost model's draft pass and T(1) at that point, and
+the drafting line wherever it changes (what the app shows: why drafting is on or off); then
 the totals. Where auto and a fixed configuration differ on a prompt, two traces side by side
 show whether the choice or the costs it rests on part from what the steps measured.
 
@@ -51,13 +52,15 @@ def main() -> None:
             f"at load: T(1) {1000 * costs.T(1):.1f} ms, a draft pass {costs.t_draft / costs.T(1):.2f} T(1), "
             f"T(3) {costs.T(3) / costs.T(1):.2f}, T(5) {costs.T(5) / costs.T(1):.2f} T(1)"
         )
-        steps = []
+        steps, line = [], ""
         for s in session.chat([{"role": "user", "content": prompts[args.prompt]}], SamplingParams(), args.max_tokens):
             steps.append(s)  # printed as it comes: the model's costs are those of this step
             step = f"k={s.k:2d} drafted={len(s.drafted):2d} accepted={s.n_accepted:2d}"
             spent = f"draft={1000 * s.draft_seconds:6.1f} ms verify={1000 * s.verify_seconds:6.1f} ms"
             model = f"model: pass {1000 * costs.t_draft:5.1f} ms, T(1) {1000 * costs.T(1):5.1f} ms"
-            print(f"{step} {spent}  {model}")
+            now = session.drafting_state().line  # the drafting line, printed where it changes
+            print(f"{step} {spent}  {model}" + (f"  {now}" if now != line else ""))
+            line = now
         n_tokens = sum(len(s.emitted) for s in steps)
         decode = sum(s.step_seconds for s in steps)
         print(

@@ -162,6 +162,7 @@ class Tries:
     def __init__(self) -> None:
         self.budget = Budget(FIRST_TRY_SHARE)
         self.price = self.earning = 0.0  # the next try's price, and what a step earns
+        self.behind, self.growth = 0, 0.0  # tokens the draft is behind on, and what the last step added to the price
         self.left = 0  # steps left of a try at PROBE_K
         self.started = False  # the guard's trial under way began as a try
         self.failed = 0  # tries in a row that did not switch drafting back on
@@ -179,16 +180,41 @@ class Tries:
         self.failed = 0 if on else self.failed + 1
         self.budget.share = max(FIRST_TRY_SHARE / 2**self.failed, TRY_SHARE)
 
-    def afford(self, price: float) -> bool:
-        self.price = price
-        return self.budget.spend(price)
+    def try_now(
+        self, costs: CostModel, rates: np.ndarray, k: int, guard: SpeedGuard | None, behind: Callable[[], int] | None
+    ) -> bool:
+        """Whether the budget affords a try of ``k`` drafts now (``price_of_try``), the draft
+        ``behind()`` tokens behind: each token it fell behind since the last step grew the price."""
+        n_behind = behind() if behind else 0
+        grown = n_behind - self.behind if self.behind and n_behind >= READ_MIN else 0
+        self.behind = n_behind
+        price = price_of_try(costs, rates, k, guard, lambda: n_behind, self.steps_off)
+        return self.afford(price, costs.read(max(grown, 0)))
 
-    def next_in(self) -> int:
-        """Steps until the budget affords the last priced try (an estimate: a catch-up grows)."""
+    def afford(self, price: float, growth: float = 0.0) -> bool:
+        """Spend ``price`` if the budget holds it; ``growth``: what the draft's catch-up in it grew
+        by since the last step."""
+        self.price, self.growth = price, growth
+        if not self.budget.spend(price):
+            return False
+        self.growth = 0.0  # the try's first pass reads what the draft is behind on
+        return True
+
+    @property
+    def outpaced(self) -> bool:
+        """The draft's catch-up grows (a token read a step off) faster than a step earns: the
+        budget never catches the price up, and no try comes while that lasts."""
+        return self.price > self.budget.credit and self.growth >= self.earning > 0
+
+    def next_in(self) -> int | None:
+        """Steps until the budget affords the last priced try, the catch-up growing as it did
+        in the last step; None where it never would (``outpaced``)."""
         short = self.price - self.budget.credit
         if short <= 0 or self.earning <= 0:
             return 1
-        return max(math.ceil(short / self.earning), 1)
+        if self.outpaced:
+            return None
+        return max(math.ceil(short / (self.earning - self.growth)), 1)
 
 
 class AdaptiveController:
@@ -317,7 +343,7 @@ class AdaptiveController:
         if self.drafted:
             k = PROBE_K if self.gated or k_model == 0 else k_model
             guard = self.guard if k_model else None
-            if not self.tries.afford(price_of_try(self.costs, rates, k, guard, behind, self.tries.steps_off)):
+            if not self.tries.try_now(self.costs, rates, k, guard, behind):
                 return off
         self.guard.restart()
         self.tries.started, self.tries.steps_off = True, 0

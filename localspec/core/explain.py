@@ -18,12 +18,16 @@ class DraftingState:
     draft_cost: float | None = None  # a draft pass, in target passes T(1)
     verify_cost: float | None = None  # checking k + 1 tokens (2 when off), in target passes
     expected_speedup: float | None = None  # the model's speed-up at its best k
+    # off: the draft's catch-up grows faster than tries earn (controller.Tries.outpaced)
+    outpaced: bool = False
 
     @property
     def line(self) -> str:
         then = ""
         if not self.on and self.next_try_in is not None:
             then = f"; tries again in {self.next_try_in} steps"
+        elif not self.on and self.outpaced:
+            then = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
         elif not self.on and self.next_try_in is None and self.draft_cost is not None:
             then = "; not tried again on this hardware"
         return f"{'on' if self.on else 'off'}: {self.why}{then}"
@@ -38,6 +42,7 @@ class DraftingState:
             "draft_cost": self.draft_cost,
             "verify_cost": self.verify_cost,
             "expected_speedup": self.expected_speedup,
+            "outpaced": self.outpaced,
         }
 
 
@@ -116,6 +121,7 @@ def _guard(ctl: AdaptiveController) -> DraftingState:
         draft_cost=draft_cost,
         verify_cost=check2,
         expected_speedup=float(rates.max() / rates[0]),
+        outpaced=ctl.tries.outpaced,
     )
 
 
@@ -141,5 +147,12 @@ def _off(ctl: AdaptiveController) -> DraftingState:
     best = float(max(rates[1:].max(), 1e-12) / rates[0])
     why = f"{_costs_words(ctl)}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best:.2f}×"
     return DraftingState(
-        False, 0, why, next_try_in=ctl.tries.next_in(), draft_cost=draft_cost, verify_cost=check2, expected_speedup=best
+        False,
+        0,
+        why,
+        next_try_in=ctl.tries.next_in(),
+        draft_cost=draft_cost,
+        verify_cost=check2,
+        expected_speedup=best,
+        outpaced=ctl.tries.outpaced,
     )

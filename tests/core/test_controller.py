@@ -264,6 +264,58 @@ class TestTries:
         floor = price_of_try(c.costs, rates, k, None, None)  # what the model alone expects: the floor
         assert price_of_try(c.costs, rates, k, c.guard, None, 400) == pytest.approx(floor)
 
+    def test_the_countdown_counts_the_catch_up_growing_and_says_when_it_outgrows_the_budget(self):
+        # the same no on the Zen 4's costs, after two failed tries in a row (the share is
+        # FIRST_TRY_SHARE / 4, about 0.04 T(1) a step): each step off adds a token, 0.061 T(1),
+        # to the draft's catch-up, so the budget never covers the price and no try comes
+        c = self.vetoed_on_zen4()
+        c.tries.failed, c.tries.budget.share = 2, FIRST_TRY_SHARE / 4
+        behind = [READ_MIN]
+        waits, lines = [], []
+        for _ in range(60):
+            assert c.choose(lambda: behind[0]).k == 0
+            behind[0] += 1
+            state = explain(c)
+            waits.append(state.next_try_in)
+            lines.append(state.line)
+        assert c.tries.growth == pytest.approx(c.costs.read(1)) and c.tries.growth > c.tries.earning
+        assert c.tries.outpaced and waits[-1] is None and explain(c).outpaced
+        said = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
+        assert lines[-1].endswith(said)
+        assert explain(c).as_dict()["outpaced"] is True
+
+    def test_a_countdown_under_a_growing_catch_up_is_kept(self):
+        # where a step earns more than the catch-up grows, the wait said is the wait there is
+        costs = CostModel({n: t for n, t in self.ZEN4.items() for _ in range(3)}, 0.26)
+        costs.draft.observe_read(100, 6.1)
+        c = AdaptiveController(costs, draft_max=16)
+        for _ in range(40):
+            c.observe(4, 0)  # off: the acceptance, which the steps off do not change (nor the price)
+        c.tries.budget.share = 0.5  # (a share that outruns a token's read)
+        behind = [READ_MIN]
+        assert c.choose(lambda: behind[0]).k == 0
+        behind[0] += 1
+        assert c.choose(lambda: behind[0]).k == 0
+        wait = explain(c).next_try_in
+        assert wait is not None and wait > 2 and not c.tries.outpaced
+        ks = []
+        for _ in range(wait + 1):
+            behind[0] += 1
+            ks.append(c.choose(lambda: behind[0]).k)
+        assert not any(ks[: wait - 1]) and ks[wait - 1] > 0, (wait, ks)
+
+    def test_a_countdown_without_a_catch_up_is_the_price_over_the_earning(self):
+        tries = Tries()
+        tries.budget.credit, tries.earning = 1.0, 0.5
+        tries.afford(3.0)  # no catch-up grew: 2.0 short at 0.5 a step
+        assert tries.next_in() == 4 and not tries.outpaced
+        tries.afford(3.0, growth=0.25)  # 0.25 of each step's 0.5 goes to the catch-up
+        assert tries.next_in() == 8 and not tries.outpaced
+        tries.afford(3.0, growth=0.5)
+        assert tries.next_in() is None and tries.outpaced
+        tries.budget.credit = 3.0
+        assert tries.afford(3.0, growth=0.5) and not tries.outpaced  # covered: the try is made
+
     def test_each_failed_try_in_a_row_halves_the_share_and_one_that_pays_restores_it(self):
         tries = Tries()
         shares = []

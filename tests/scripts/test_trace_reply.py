@@ -33,6 +33,7 @@ def test_every_step_and_the_totals(pair, fixed, monkeypatch, capsys):
     assert lines[0].startswith("at load: T(1)")
     steps = [line for line in lines if line.startswith("k=")]
     assert steps and all("model: pass" in line for line in steps)
+    assert re.search(r"T\(1\) +[\d.]+ ms  (on|off): ", steps[0])  # the drafting line, where it changes
     if fixed:  # every step drafts 3, but where the token budget cuts it
         assert steps[0].startswith("k= 3") and all(int(line[2:4]) <= 3 for line in steps)
     assert re.search(r"\d+ steps, \d+ tokens, \d+ drafted", lines[-1]) and "tok/s of decode" in lines[-1]
