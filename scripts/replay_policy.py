@@ -29,8 +29,9 @@ stays), so a change can be checked against a steep curve on a machine whose own 
 Timings are modelled, not measured: it compares policies; the bench measures them.
 ``runs`` reads recordings already replayed (their memo) and prints how many of four blindly
 drafted tokens are accepted, by the first one's confidence, beside what the marginal rule's
-look-ahead expects (``first_token_runs``), over the prompts ``--prompts`` picks and ``--skip``
-leaves (shell-style patterns of prompt ids): a kind of text at a time.
+look-ahead expects (``first_token_runs``), and where the draft is unsure how often the reply's
+token is its first or its second choice (``unsure_choices``), over the prompts ``--prompts`` picks
+and ``--skip`` leaves (shell-style patterns of prompt ids): a kind of text at a time.
 """
 
 from __future__ import annotations
@@ -327,6 +328,27 @@ def first_token_runs(prompts: list[dict], memo: dict, n: int = 4) -> list[dict]:
     return rows
 
 
+def unsure_choices(prompts: list[dict], memo: dict, below: float = 0.6) -> dict:
+    """At the positions where the draft's top token is under ``below`` sure (the true text before
+    each), how often the reply's token there is the draft's first choice, and how often its
+    second: what a draft tree of two branches at an unsure token could catch."""
+    n = first = second = 0
+    for p in prompts:
+        context, reply = list(p["prompt"]), p["reply"]
+        for i, token in enumerate(reply):
+            row = memo.get(memo_key(context + reply[:i]))
+            if row is None:
+                continue
+            ids, logits, lse = row
+            order = np.argsort(-logits)
+            if math.exp(float(logits[order[0]]) - lse) >= below:
+                continue
+            n += 1
+            first += int(ids[order[0]]) == token
+            second += len(order) > 1 and int(ids[order[1]]) == token
+    return {"n": n, "first": first / n if n else math.nan, "second": second / n if n else math.nan}
+
+
 def select(prompts: list[dict], include: str = "", skip: str = "") -> list[dict]:
     """The prompts whose id matches a pattern of ``include`` (comma-separated, shell-style, e.g.
     ``code-*,edit-*``; empty: all) and none of ``skip``."""
@@ -353,6 +375,11 @@ def runs(args) -> None:
             f"{lo:.2f}-{hi:.2f}".ljust(27) + f"{r['n']:9d}" + f"{r['mean_accepted']:21.2f}"
             f"{r['look_ahead']:25.2f}" + f"{100 * r['all_accepted']:16.0f} %"
         )
+    unsure = unsure_choices(prompts, memo)
+    print(
+        f"where the draft's top token is under 0.6 sure ({unsure['n']} positions), the reply's token is its first "
+        f"choice {100 * unsure['first']:.0f} % of the time and its second {100 * unsure['second']:.0f} %"
+    )
 
 
 def main() -> None:

@@ -128,6 +128,17 @@ def test_first_token_runs_count_the_accepted_prefix_by_the_first_token_s_confide
     assert sure["n"] == 1 and sure["mean_accepted"] == 2
 
 
+def test_unsure_positions_count_the_reply_s_token_as_the_draft_s_first_or_second_choice():
+    prompt, reply = [1, 2], [10, 11, 12, 13]
+    # memo_row's second choice is top + 1: position 0 first (unsure), 1 second (unsure), 2 neither
+    # (unsure), 3 sure and so not counted
+    guesses = {0: (10, 0.5), 1: (10, 0.4), 2: (50, 0.3), 3: (13, 0.9)}
+    memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(*guesses[i]) for i in range(len(reply))}
+    counted = replay_policy.unsure_choices([{"prompt": prompt, "reply": reply}], memo)
+    assert counted["n"] == 3 and counted["first"] == pytest.approx(1 / 3) and counted["second"] == pytest.approx(1 / 3)
+    assert replay_policy.unsure_choices([{"prompt": prompt, "reply": reply}], {})["n"] == 0
+
+
 def test_positions_the_memo_lacks_are_left_out():
     prompt, reply = [1], [10, 11, 12, 13, 14]
     memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(10 + i, 0.99) for i in (0, 1, 2)}  # 3 lacks its row
