@@ -2,22 +2,13 @@
 on log lines written as the binary writes them (common/speculative.cpp's SPC_DBG lines,
 examples/speculative-simple's LOG_DBG lines)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from localspec.core.costs import CostModel
+from tests.support.scripts import load_script
 
-spec = importlib.util.spec_from_file_location(
-    "parity_llamacpp", Path(__file__).parents[2] / "scripts" / "parity_llamacpp.py"
-)
-assert spec and spec.loader
-parity = importlib.util.module_from_spec(spec)
-sys.modules["parity_llamacpp"] = parity  # its dataclasses look their module up
-spec.loader.exec_module(parity)
+parity = load_script("parity_llamacpp")
 Step, Run = parity.Step, parity.Run
 
 

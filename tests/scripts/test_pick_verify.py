@@ -1,15 +1,11 @@
 """scripts/pick_verify.py: a verify timed picked by llama.cpp and read in Python, on a tiny GGUF."""
 
-import importlib.util
 import sys
-from pathlib import Path
 
+from tests.support.scripts import load_script
 from tests.support.tiny_gguf import write_tiny_gguf
 
-spec = importlib.util.spec_from_file_location("pick_verify", Path(__file__).parents[2] / "scripts" / "pick_verify.py")
-assert spec and spec.loader
-pick_verify = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pick_verify)
+pick_verify = load_script("pick_verify")
 
 
 def test_both_modes_are_timed_and_give_the_same_tokens(tmp_path, monkeypatch, capsys):

@@ -1,9 +1,7 @@
 """scripts/replay_policy.py, the policy replay: a recorded greedy reply through the real engine,
 timed on a virtual clock from the measured curve, with the draft's rows memoised."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,13 +12,9 @@ from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import ModeContext, ReplySpec, draft_model, target_alone
 from localspec.core.sampling import SamplingParams
 from tests.support.fakes import FakeModel, hashed_logits, oracle_greedy
+from tests.support.scripts import load_script
 
-spec = importlib.util.spec_from_file_location(
-    "replay_policy", Path(__file__).parents[2] / "scripts" / "replay_policy.py"
-)
-assert spec and spec.loader
-replay_policy = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(replay_policy)
+replay_policy = load_script("replay_policy")
 
 V = 40
 PROMPT = [3, 4, 5, 6]

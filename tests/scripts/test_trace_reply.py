@@ -1,19 +1,15 @@
 """scripts/trace_reply.py: one cold reply traced step by step, on tiny GGUFs."""
 
-import importlib.util
 import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support.scripts import load_script
 from tests.support.tiny_gguf import write_tiny_gguf
 
-spec = importlib.util.spec_from_file_location("trace_reply", Path(__file__).parents[2] / "scripts" / "trace_reply.py")
-assert spec and spec.loader
-trace_reply = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(trace_reply)
+trace_reply = load_script("trace_reply")
 
 
 @pytest.fixture
