@@ -23,6 +23,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Sequence
+from unittest import mock
 
 import llama_cpp as L
 import numpy as np
@@ -31,14 +32,18 @@ from localspec.core.costs import calibration_tokens
 from localspec.llama import backend
 
 
-def two_sequence_params(n_ctx: int, threads: int | None, snapshots: int = 0):
-    cparams = original_params(n_ctx, threads, snapshots)
-    cparams.n_seq_max = 2
-    cparams.kv_unified = True  # one cache whose cells two sequences can share
-    return cparams
+def load_two_sequences(path: str, n_ctx: int, threads: int | None) -> backend.LlamaModel:
+    """The model loaded as ``LlamaModel.load`` loads it, but with two sequences sharing one KV cache."""
+    one_sequence = backend._context_params
 
+    def params(n_ctx: int, threads: int | None, snapshots: int = 0):
+        cparams = one_sequence(n_ctx, threads, snapshots)
+        cparams.n_seq_max = 2
+        cparams.kv_unified = True  # one cache whose cells two sequences can share
+        return cparams
 
-original_params = backend._context_params
+    with mock.patch.object(backend, "_context_params", params):
+        return backend.LlamaModel.load(path, n_ctx=n_ctx, threads=threads)
 
 
 def decode(model: backend.LlamaModel, entries: Sequence[tuple[int, int, tuple[int, ...]]]) -> list[np.ndarray]:
@@ -91,8 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.branch < 1 or args.prefix < 2 or args.repeats < 1:
         raise SystemExit("--branch and --repeats must be at least 1, --prefix at least 2")
-    backend._context_params = two_sequence_params
-    model = backend.LlamaModel.load(args.target, n_ctx=args.prefix + 4 * args.branch + 16, threads=args.threads)
+    model = load_two_sequences(args.target, args.prefix + 4 * args.branch + 16, args.threads)
     try:
         ids = calibration_tokens(model, args.prefix + 2 * args.branch + 1)
         n, x0 = args.prefix, ids[args.prefix]
@@ -110,16 +114,19 @@ def main() -> None:
         diff = max(float(np.abs(t - r).max()) for t, r in pairs)
         same = all(int(np.argmax(t)) == int(np.argmax(r)) for t, r in pairs)
         print(f"tree rows against the linear ones: largest logit difference {diff:.2e}, every argmax equal: {same}")
-        times: dict[str, list[float]] = {"tree": [], "linear, same size": [], "linear, one branch": []}
-        size = 1 + 2 * args.branch
-        for _ in range(args.repeats):
-            times["tree"].append(timed(model, n, tree(n, x0, a, b)))
-            times["linear, same size"].append(timed(model, n, linear(n, x0, ids[n + 1 : n + size])))
-            times["linear, one branch"].append(timed(model, n, linear(n, x0, a)))
+        batches = {
+            "tree": tree(n, x0, a, b),
+            "linear, same size": linear(n, x0, ids[n + 1 : n + 1 + 2 * args.branch]),
+            "linear, one branch": linear(n, x0, a),
+        }
+        times: dict[str, list[float]] = {name: [] for name in batches}
+        for _ in range(args.repeats):  # interleaved, so drift moves all three alike
+            for name, entries in batches.items():
+                times[name].append(timed(model, n, entries))
         base = statistics.median(times["linear, one branch"])
         for name, ts in times.items():
             print(
-                f"{name} ({size if name != 'linear, one branch' else 1 + args.branch} tokens): "
+                f"{name} ({len(batches[name])} tokens): "
                 f"{1000 * statistics.median(ts):.1f} ms, {statistics.median(ts) / base:.2f}x one branch"
             )
     finally:
