@@ -123,7 +123,10 @@ class Session:
         self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
         curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
-        for seconds in self._draft_history():  # earlier loads' passes: a busy load is outvoted
+        for n, history in self._verify_history().items():  # earlier loads' verifies, as their passes:
+            for seconds in history:  # a load that met the machine busy (or in a slow state) is outvoted
+                curve.seed(n, seconds)
+        for seconds in self._draft_history():
             draft_cost.seed(seconds)
         self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
         self._costs_at_load = CostModel(curve.points(), draft_cost.seconds)  # a copy: seeded replies (modes.repeatable)
@@ -261,6 +264,13 @@ class Session:
         use = profile.use.get(self._drafting_key(mode)) if profile else None
         return use.prior() if use else None
 
+    def _verify_history(self) -> dict[int, list[float]]:
+        """T(n) as earlier loads of this target measured it here (the profile's history)."""
+        if self.profiles is None:
+            return {}
+        profile = self.profiles.get(self._target_key())
+        return profile.verify_history if profile else {}
+
     def _draft_history(self) -> list[float]:
         """The draft passes earlier loads of this pair measured here (the profile's history)."""
         if self.profiles is None or self.draft is None:
@@ -376,7 +386,7 @@ class Session:
             return
         try:
             amend = self._saved
-            verify = self.costs.verify.points()
+            verify = self.costs.verify.points(own=True)  # this load's, not the history it was seeded with
             self.profiles.update(self._target_key(), self.spec.target, verify=verify, use=self._use, amend=amend)
             if self.draft is not None and self.costs.t_draft:
                 own = self.costs.own_t_draft  # this load's, not the history it was seeded with

@@ -81,6 +81,7 @@ class VerifyCurve:
         self._reference: dict[int, float] = {}  # size -> its time at level 0 (at load)
         self._ratios: deque[float] = deque([0.0] * LEVEL_WINDOW, maxlen=LEVEL_WINDOW)
         self._full: np.ndarray | None = None  # T(0..) until the next sample
+        self._seeds: dict[int, list[float]] = {}  # size -> what earlier loads measured (``seed``)
         for n, seconds in (points or {}).items():  # a given point counts as a calibration
             for _ in range(MIN_SAMPLES):
                 self.add(n, seconds)
@@ -92,8 +93,22 @@ class VerifyCurve:
             return
         self._samples.setdefault(n, deque(maxlen=WINDOW)).append(float(seconds))
         self._seen.setdefault(n, 0)
-        self._reference[n] = median(self._samples[n])
+        self._reference[n] = median(self._group(n))
         self._full = None
+
+    def seed(self, n: int, seconds: float) -> None:
+        """T(n) an earlier load of this pair measured here (the profile's history), for a size
+        this load calibrated: in the estimate beside this load's samples until they fill the
+        window, so a burst during the load's three samples is outvoted; never in ``own_points``."""
+        if n in self._samples and seconds > 0:
+            self._seeds.setdefault(n, []).append(float(seconds))
+            self._reference[n] = median(self._group(n))
+            self._full = None
+
+    def _group(self, n: int) -> list[float]:
+        """Size n's samples: this load's, then the seeds while the window has room."""
+        own = list(self._samples.get(n, ()))
+        return own + self._seeds.get(n, [])[: max(WINDOW - len(own), 0)]
 
     def observe(self, n: int, seconds: float) -> None:
         """A verify of n tokens took ``seconds``. A size with a reference also tells how fast
@@ -155,6 +170,7 @@ class VerifyCurve:
         other.level = self.level
         other._reference = dict(self._reference)
         other._ratios = deque(self._ratios, maxlen=LEVEL_WINDOW)
+        other._seeds = {n: list(s) for n, s in self._seeds.items()}
         return other
 
     # --- the estimate ----------------------------------------------------------------
@@ -163,13 +179,15 @@ class VerifyCurve:
         """How much slower the machine runs now than at load (exp(level); below 1: faster)."""
         return math.exp(self.level)
 
-    def points(self) -> dict[int, float]:
-        """The monotone estimate at each measured size."""
+    def points(self, own: bool = False) -> dict[int, float]:
+        """The monotone estimate at each measured size; ``own``: from this load's samples alone
+        (what its profile keeps, not the history it was seeded with)."""
         xs = self.sizes
         scale = self.time_scale
         # a thin size (fewer than MIN_SAMPLES, as one met only on long runs past k) is taken at
         # its lowest sample: load only ever adds time, and the median of two is their mean
-        groups = [s if len(s) >= MIN_SAMPLES else [min(s)] for s in (self._samples[n] for n in xs)]
+        samples = (list(self._samples[n]) if own else self._group(n) for n in xs)
+        groups = [s if len(s) >= MIN_SAMPLES else [min(s)] for s in samples]
         return {n: t * scale for n, t in zip(xs, isotonic(groups))}
 
     def curve(self, draft_max: int) -> np.ndarray:

@@ -285,6 +285,31 @@ class TestCalibration:
         assert d.seconds == pytest.approx(0.002)
 
 
+class TestVerifyCurveSeeds:
+    def test_seeds_outvote_a_busy_calibration_and_are_not_this_loads_own(self):
+        curve = VerifyCurve()
+        for n, t in ((1, 1.0), (2, 1.2)):
+            for _ in range(3):  # this load: beside a build
+                curve.add(n, 3 * t)
+            for _ in range(5):  # the profile's last loads
+                curve.seed(n, t)
+        curve.seed(4, 1.5)  # a size this load did not calibrate: not seeded
+        assert curve.points() == pytest.approx({1: 1.0, 2: 1.2})
+        assert curve.points(own=True) == pytest.approx({1: 3.0, 2: 3.6})
+        assert curve.copy().points() == pytest.approx({1: 1.0, 2: 1.2})
+
+    def test_this_loads_own_samples_push_the_seeds_out_of_the_window(self):
+        curve = VerifyCurve()
+        for _ in range(3):
+            curve.add(1, 1.0)
+        for _ in range(6):
+            curve.seed(1, 5.0)
+        assert curve.T(1) == pytest.approx(5.0)  # 3 own, 6 seeds: the seeds' median
+        curve.observe(1, 1.0)  # each own sample takes a seed's place in the window (level unmoved)
+        curve.observe(1, 1.0)
+        assert curve.T(1) == pytest.approx(1.0)  # 5 own, 4 seeds
+
+
 class TestDraftCostSeedsAndReads:
     def test_seeded_passes_count_in_the_median_not_in_this_loads_own(self):
         cost = DraftCost()

@@ -201,6 +201,42 @@ class TestSessionKeepsProfiles:
             busy.close()
         assert store.get(draft_key).draft_pass < 3 * usual  # the profile's median: one busy load of five
 
+    def test_a_load_beside_a_burst_of_load_starts_from_the_verify_curve_measured_before(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        options = LoadOptions(n_ctx=512, threads=1)
+        for _ in range(4):  # four quiet loads: the history holds four, more than a load's own three
+            Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store).close()
+        quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options)  # no profile: its own curve
+        quiet.close()
+        usual = quiet.costs.verify.points()
+        from localspec.core import costs
+
+        def busy_calibrate(*args, **kwargs):  # every verify timed 30x slower at this load
+            curve, draft = costs.calibrate(*args, **kwargs)
+            slow = costs.VerifyCurve()
+            for n, t in curve.points().items():
+                for _ in range(3):
+                    slow.add(n, 30 * t)
+            return slow, draft
+
+        import localspec.chat.session as session_module
+
+        session_module.calibrate, real = busy_calibrate, session_module.calibrate
+        try:
+            busy = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+        finally:
+            session_module.calibrate = real
+        try:
+            for n, t in busy.costs.verify.points().items():  # outvoted by the loads before it
+                assert t < 3 * max(usual.values()), n
+            own = busy.costs.verify.points(own=True)
+            assert all(own[n] > 10 * usual[n] for n in usual)  # and its own curve is what it saves
+        finally:
+            busy.close()
+        key = model_key(tiny_pair[0], busy.machine, 1, busy.offload.target_layers)
+        assert max(store.get(key).verify_history[1]) > 10 * usual[1]  # the busy load's entry, its own
+        assert store.get(key).verify[1] < 3 * usual[1]  # the profile's median: one busy load of five
+
     def test_no_store_no_file(self, tiny_pair, tmp_path):
         s = Session.load(PairSpec(tiny_pair[0]), LoadOptions(n_ctx=512, threads=1))
         s.close()
