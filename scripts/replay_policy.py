@@ -7,6 +7,8 @@
         [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27] \\
         [--burst 8,12,1.6]
     .venv/bin/python scripts/replay_policy.py runs f16.json [held.json ...] [--prompts 'code-*,edit-*'] [--skip ID]
+    .venv/bin/python scripts/replay_policy.py tree f16.json [held.json ...] [--k 4] [--unsure 0.6] [--batched 0.1] \
+        [--shape 1.02,1.04 --draft-pass 0.1]
 
 ``record`` loads the pair, measures the target's verify curve directly (bench.measure.measure_costs)
 and keeps, per prompt of the suite (default: the default one), the prompt's tokens and the target's greedy reply.
@@ -32,6 +34,12 @@ drafted tokens are accepted, by the first one's confidence, beside what the marg
 look-ahead expects (``first_token_runs``), and where the draft is unsure how often the reply's
 token is its first or its second choice (``unsure_choices``), over the prompts ``--prompts`` picks
 and ``--skip`` leaves (shell-style patterns of prompt ids): a kind of text at a time.
+``tree`` prices, on the recording's costs (or ``--shape``'s), k blind drafts a step as one linear
+draft and as a two-branch tree: the draft's first and second choice at the first token under
+``--unsure`` sure, each continued to depth k and verified in one batch (``scripts/tree_verify.py``
+measures that a tree costs what a linear verify of its size does); ``--batched``: what a pass of
+the second branch costs, in passes (1: run alone; about 0.1 where the draft runs both branches in
+one batch). It tells whether a tree drafter could pay on a machine before one is built.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import pickle
 import statistics
 import sys
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -140,10 +149,7 @@ class MemoDraft(ReplayTarget):
         keys = [memo_key(ctx[: j + 1]) for j in range(len(ctx) - n_logits, len(ctx))]
         if not all(k in self.memo for k in keys):
             for key, row in zip(keys, self.vocab.sync(ctx, n_logits=n_logits) or []):
-                r = np.asarray(row, np.float64)
-                top = np.argpartition(r, -TOP)[-TOP:]
-                lse = r.max() + math.log(np.exp(r - r.max()).sum())
-                self.memo[key] = (top, r[top].astype(np.float32), lse)
+                self.memo[key] = kept_row(row)
         rows = []
         for key in keys:
             ids, logits, lse = self.memo[key]
@@ -152,6 +158,13 @@ class MemoDraft(ReplayTarget):
             row[ids] = logits
             rows.append(row)
         return rows
+
+
+def kept_row(row) -> tuple:
+    """What the memo keeps of a draft row: the top TOP ids, their logits and the log-sum-exp."""
+    r = np.asarray(row, np.float64)
+    top = np.argpartition(r, -TOP)[-TOP:]
+    return top, r[top].astype(np.float32), r.max() + math.log(np.exp(r - r.max()).sum())
 
 
 def record(args) -> None:
@@ -382,6 +395,101 @@ def runs(args) -> None:
     )
 
 
+def memo_rows(memo: dict, draft: CachedModel | None = None):
+    """The draft's row after a context, from the memo, else computed by ``draft`` and memoised
+    (a step that copied from the context ran no draft pass, so replays leave such rows out)."""
+
+    def row(context: list[int]) -> tuple:
+        key = memo_key(context)
+        if key not in memo:
+            if draft is None:
+                raise SystemExit("the memo lacks a row of this reply: give --draft to compute it")
+            memo[key] = kept_row(cast(list, draft.sync(context, n_logits=1))[0])
+        return memo[key]
+
+    return row
+
+
+def walk(row, context: list[int], reply: list[int], i: int, k: int, unsure: float | None):
+    """One step of ``k`` blind drafts at position ``i`` of a recorded greedy reply (``row``: the
+    draft's rows, ``memo_rows``): the tokens the target keeps of them, the draft passes, and the
+    verify's rows. ``unsure``: a second branch (the draft's second choice, continued to depth k)
+    at the first draft token under that confidence, verified with the first in one batch; None: a
+    linear draft. Only the true text's rows are needed: a branch off it is rejected whatever it holds."""
+
+    def first_two(j: int) -> tuple[int, float, int]:
+        ids, logits, lse = row(context + reply[: i + j])
+        order = np.argsort(-logits)
+        return int(ids[order[0]]), math.exp(float(logits[order[0]]) - lse), int(ids[order[1]])
+
+    n_accepted, branch = 0, None
+    for j in range(k):
+        top, p_top, _ = first_two(j)
+        if unsure is not None and branch is None and p_top < unsure:
+            branch = j
+        if top != reply[i + j]:
+            break
+        n_accepted += 1
+    passes, rows = k, k + 1
+    if branch is not None:
+        passes, rows = passes + k - branch - 1, rows + k - branch  # its first token costs no pass
+        if n_accepted == branch and first_two(branch)[2] == reply[i + branch]:
+            n_accepted += 1
+            while n_accepted < k and first_two(n_accepted)[0] == reply[i + n_accepted]:
+                n_accepted += 1
+    return n_accepted, passes, rows
+
+
+def tree_speedups(
+    prompt: dict, row, curve, t_draft: float, k: int, unsure: float, batched: float, max_tokens: int = 96
+):
+    """A recorded reply's speed-up over the target alone, drafting ``k`` blindly every step, as a
+    linear draft and as a two-branch tree (``walk``); ``batched``: the second branch's passes
+    cost this share of a pass each (the draft running both branches in one batch), 1: alone;
+    ``max_tokens``: the reply's tokens replayed (as ``replay``, which memoised their rows)."""
+    context, reply = list(prompt["prompt"]), list(prompt["reply"])[:max_tokens]
+    alone = len(reply) * curve(1)
+    out = []
+    for branch_at in (None, unsure):
+        i, seconds = 0, 0.0
+        while i < len(reply):
+            k_now = min(k, len(reply) - i - 1)
+            n_accepted, passes, rows = walk(row, context, reply, i, k_now, branch_at) if k_now else (0, 0, 1)
+            extra = passes - k_now  # the second branch's
+            seconds += (k_now + batched * extra) * t_draft + curve(rows)
+            i += n_accepted + 1
+        out.append(alone / seconds)
+    return out
+
+
+def tree(args) -> None:
+    print(f"k = {args.k} drafted blindly every step; the tree branches at the first token under {args.unsure} sure")
+    print("prompt                     linear   tree   tree / linear   (speed-up over the target alone)")
+    ratios = []
+    draft = None
+    if args.draft:
+        from localspec.llama import backend as llama_backend
+
+        draft = llama_backend.LlamaModel.load(Path(args.draft), 4096, 2, 0)
+    for path in args.recordings:
+        rec = json.loads(Path(path).read_text())
+        memo_path = Path(path + ".memo")
+        memo = pickle.loads(memo_path.read_bytes())
+        row = memo_rows(memo, draft)
+        points, t_draft = {int(n): t for n, t in rec["curve"].items()}, rec["t_draft"]
+        if args.shape:
+            points, t_draft = reshape(points, t_draft, [float(x) for x in args.shape.split(",")], args.draft_pass)
+        curve = VerifyCurve(points).T
+        for p in select(rec["prompts"], args.prompts, args.skip):
+            linear, branched = tree_speedups(p, row, curve, t_draft, args.k, args.unsure, args.batched, args.max_tokens)
+            ratios.append(branched / linear)
+            print(f"{p['id']:26s}{linear:7.2f}{branched:7.2f}{branched / linear:12.3f}")
+        if draft is not None:
+            memo_path.write_bytes(pickle.dumps(memo))
+    if ratios:
+        print(f"median tree / linear {statistics.median(ratios):.3f} (lowest {min(ratios):.3f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -428,11 +536,24 @@ def main() -> None:
     acc.add_argument("recordings", nargs="+", help="recordings replayed at least once (their .memo beside them)")
     acc.add_argument("--prompts", default="", help="only these prompt ids, comma-separated patterns: 'code-*,edit-*'")
     acc.add_argument("--skip", default="", help="not these prompt ids (patterns as --prompts)")
+    tr = sub.add_parser("tree", help="blind drafts of k as a linear draft and as a two-branch tree")
+    tr.add_argument("recordings", nargs="+", help="recordings replayed at least once (their .memo beside them)")
+    tr.add_argument("--k", type=int, default=4)
+    tr.add_argument("--draft", default="", help="the draft model, for rows the memo lacks (steps that copied)")
+    tr.add_argument("--unsure", type=float, default=0.6, help="branch at the first draft token under this confidence")
+    tr.add_argument("--batched", type=float, default=1.0, help="a second-branch pass costs this share of a pass")
+    tr.add_argument("--max-tokens", type=int, default=96, help="as replay's: the reply's tokens it memoised")
+    tr.add_argument("--prompts", default="")
+    tr.add_argument("--skip", default="")
+    tr.add_argument("--shape", default="", help="another machine's T(n)/T(1) for n = 2, 3, ...")
+    tr.add_argument("--draft-pass", type=float, default=None, help="with --shape: a draft pass in T(1)")
     args = parser.parse_args()
     if args.command == "record":
         record(args)
     elif args.command == "runs":
         runs(args)
+    elif args.command == "tree":
+        tree(args)
     else:
         for assignment in args.set:
             override(assignment)

@@ -150,3 +150,50 @@ def test_runs_pick_a_kind_of_text_by_prompt_id_patterns():
     assert ids(replay_policy.select(prompts, "code-*,edit-*,held-edit-*")) == code
     assert ids(replay_policy.select(prompts, "*explain-*", skip="held-explain-hash")) == ["explain-gil"]
     assert replay_policy.select(prompts, "summary-*") == []
+
+
+def test_a_tree_keeps_the_second_choice_s_branch_and_pays_its_passes_and_rows():
+    prompt, reply = [1, 2], [10, 11, 12, 13, 14]
+    # the top token: right at 0, wrong at 1 (unsure; its second choice, 11, is right), right after
+    guesses = {0: (10, 0.99), 1: (10, 0.4), 2: (12, 0.99), 3: (13, 0.99), 4: (14, 0.99)}
+    memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(*guesses[i]) for i in range(len(reply))}
+    rows = replay_policy.memo_rows(memo)
+    assert replay_policy.walk(rows, prompt, reply, 0, 4, None) == (1, 4, 5)  # linear: 10 kept, 11 missed
+    # the tree: 10, then the second branch 11 12 13 (its first token from the same row, no pass)
+    assert replay_policy.walk(rows, prompt, reply, 0, 4, 0.6) == (4, 6, 8)
+    assert replay_policy.walk(rows, prompt, reply, 0, 4, 0.3) == (1, 4, 5)  # nothing under 0.3: linear
+    wrong_both = dict(memo) | {replay_policy.memo_key(prompt + reply[:1]): memo_row(50, 0.4)}
+    assert replay_policy.walk(replay_policy.memo_rows(wrong_both), prompt, reply, 0, 4, 0.6) == (
+        1,
+        6,
+        8,
+    )  # rows paid, nothing kept
+
+
+def test_a_tree_pays_where_rows_are_free_and_loses_where_they_cost_a_pass():
+    prompt, reply = [1, 2], [10, 11, 12, 13, 14, 15, 16, 17, 18]
+    guesses = {i: (reply[i], 0.99) for i in range(len(reply))} | {1: (10, 0.4), 5: (10, 0.4)}  # 11, 15: second choices
+    memo = {replay_policy.memo_key(prompt + reply[:i]): memo_row(*guesses[i]) for i in range(len(reply))}
+    p = {"prompt": prompt, "reply": reply}
+    flat = replay_policy.tree_speedups(p, replay_policy.memo_rows(memo), lambda n: 1.0, 0.1, 4, 0.6, batched=0.1)
+    steep = replay_policy.tree_speedups(p, replay_policy.memo_rows(memo), lambda n: float(n), 0.5, 4, 0.6, batched=1.0)
+    assert flat[1] > flat[0] and steep[1] < steep[0]
+    sure = {
+        k: memo_row(reply[i], 0.99)
+        for i, k in enumerate(replay_policy.memo_key(prompt + reply[:i]) for i in range(len(reply)))
+    }
+    same = replay_policy.tree_speedups(
+        p, replay_policy.memo_rows(sure), lambda n: 1.0 + 0.1 * n, 0.1, 4, 0.6, batched=1.0
+    )
+    assert same[0] == pytest.approx(same[1])  # no unsure token: the tree is the linear draft
+
+
+def test_a_row_the_memo_lacks_is_computed_by_the_draft_and_kept():
+    with pytest.raises(SystemExit, match="give --draft"):
+        replay_policy.walk(replay_policy.memo_rows({}), [1], [10, 11], 0, 1, 0.6)
+    target_fn = hashed_logits(3, V)
+    memo: dict = {}
+    rows = replay_policy.memo_rows(memo, FakeModel(target_fn, V))
+    top = int(np.argmax(target_fn([1])))
+    assert replay_policy.walk(rows, [1], [top, 5], 0, 1, None) == (1, 1, 2)
+    assert replay_policy.memo_key([1]) in memo
