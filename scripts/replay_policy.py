@@ -415,7 +415,9 @@ def walk(row, context: list[int], reply: list[int], i: int, k: int, unsure: floa
     draft's rows, ``memo_rows``): the tokens the target keeps of them, the draft passes, and the
     verify's rows. ``unsure``: a second branch (the draft's second choice, continued to depth k)
     at the first draft token under that confidence, verified with the first in one batch; None: a
-    linear draft. Only the true text's rows are needed: a branch off it is rejected whatever it holds."""
+    linear draft. Only the true text's rows are needed: a branch off it is rejected whatever it holds.
+    A branch a tree drafter would open past the first rejected token (the confidences there are off
+    the true text, so not memoised) is not priced: the tree's cost is a lower bound."""
 
     def first_two(j: int) -> tuple[int, float, int]:
         ids, logits, lse = row(context + reply[: i + j])

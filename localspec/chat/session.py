@@ -123,8 +123,9 @@ class Session:
         self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
         curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
-        for n, history in self._verify_history().items():  # earlier loads' verifies, as their passes:
-            for seconds in history:  # a load that met the machine busy (or in a slow state) is outvoted
+        # what earlier loads of the pair measured here: a load that met the machine busy is outvoted
+        for n, history in self._verify_history().items():
+            for seconds in history:
                 curve.seed(n, seconds)
         for seconds in self._draft_history():
             draft_cost.seed(seconds)

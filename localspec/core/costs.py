@@ -99,7 +99,7 @@ class VerifyCurve:
     def seed(self, n: int, seconds: float) -> None:
         """T(n) an earlier load of this pair measured here (the profile's history), for a size
         this load calibrated: in the estimate beside this load's samples until they fill the
-        window, so a burst during the load's three samples is outvoted; never in ``own_points``."""
+        window, so a burst during the load's three samples is outvoted; never in ``points(own=True)``."""
         if n in self._samples and seconds > 0:
             self._seeds.setdefault(n, []).append(float(seconds))
             self._reference[n] = median(self._group(n))
