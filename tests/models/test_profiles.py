@@ -134,6 +134,17 @@ class TestExpected:
         assert expected(cpu, "d", Profile("d", "x", draft_pass=0.04)).speedup == pytest.approx(1.0)
 
 
+def load_calibrated_by(calibrate, tiny_pair, options: LoadOptions, store: ProfileStore) -> Session:
+    """The pair loaded with ``calibrate`` in place of the session's own (a load beside a burst)."""
+    import localspec.chat.session as session_module
+
+    session_module.calibrate, real = calibrate, session_module.calibrate
+    try:
+        return Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+    finally:
+        session_module.calibrate = real
+
+
 class TestSessionKeepsProfiles:
     def test_load_measures_and_close_adds_the_use(self, tiny_pair, tmp_path):
         store = ProfileStore(tmp_path / "profiles.json")
@@ -182,18 +193,12 @@ class TestSessionKeepsProfiles:
                 slow.observe(1, 30 * draft.seconds)
             return curve, slow
 
-        import localspec.chat.session as session_module
-
         for _ in range(3):  # three more quiet loads: the history holds four, more than a load's own three
             Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store).close()
         # what the quiet loads measured (the profile's median of four): one load's own pass of
         # ~0.1 ms on the tiny draft varied 3x under a clean-clone CI run's load
         usual = store.get(draft_key).draft_pass
-        session_module.calibrate, real = busy_calibrate, session_module.calibrate
-        try:
-            busy = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
-        finally:
-            session_module.calibrate = real
+        busy = load_calibrated_by(busy_calibrate, tiny_pair, options, store)
         try:
             assert busy.costs.t_draft < 3 * usual  # outvoted by the loads before it
             assert busy.costs.draft.own_seconds > 10 * usual  # and its own measurement is what it saves
@@ -205,10 +210,10 @@ class TestSessionKeepsProfiles:
         store = ProfileStore(tmp_path / "profiles.json")
         options = LoadOptions(n_ctx=512, threads=1)
         for _ in range(4):  # four quiet loads: the history holds four, more than a load's own three
-            Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store).close()
-        quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options)  # no profile: its own curve
-        quiet.close()
-        usual = quiet.costs.verify.points()
+            quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
+            quiet.close()
+        key = model_key(tiny_pair[0], quiet.machine, 1, quiet.offload.target_layers)
+        usual = store.get(key).verify  # the profile's median of four, steadier than one load's own
         from localspec.core import costs
 
         def busy_calibrate(*args, **kwargs):  # every verify timed 30x slower at this load
@@ -219,13 +224,7 @@ class TestSessionKeepsProfiles:
                     slow.add(n, 30 * t)
             return slow, draft
 
-        import localspec.chat.session as session_module
-
-        session_module.calibrate, real = busy_calibrate, session_module.calibrate
-        try:
-            busy = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
-        finally:
-            session_module.calibrate = real
+        busy = load_calibrated_by(busy_calibrate, tiny_pair, options, store)
         try:
             for n, t in busy.costs.verify.points().items():  # outvoted by the loads before it
                 assert t < 3 * max(usual.values()), n
@@ -233,7 +232,6 @@ class TestSessionKeepsProfiles:
             assert all(own[n] > 10 * usual[n] for n in usual)  # and its own curve is what it saves
         finally:
             busy.close()
-        key = model_key(tiny_pair[0], busy.machine, 1, busy.offload.target_layers)
         assert max(store.get(key).verify_history[1]) > 10 * usual[1]  # the busy load's entry, its own
         assert store.get(key).verify[1] < 3 * usual[1]  # the profile's median: one busy load of five
 
