@@ -122,7 +122,10 @@ class SpeculativeEngine:
         draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
         drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
-        pad = _padding(context, drafted, choice.measure, room)
+        # a measurement is priced on the step's k drafts (budget.Explorer): where the drafter
+        # proposed none, the step is the target's own T(1) and padding it would cost the whole
+        # T(measure) - T(1), so the size waits for a step that drafts
+        pad = _padding(context, drafted, choice.measure, room) if drafted else []
         batch = context + list(drafted) + pad
         self._prepare_rollback(len(drafted) + len(pad))
         n_rows, known = len(drafted) + 1 + len(pad), known_prefix(self.target, context)

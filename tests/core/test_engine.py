@@ -168,6 +168,18 @@ class TestAdaptive:
         assert ctl.costs.verify.n_samples(8) > 0
         assert any(n == 8 == rows for n, rows in target.decode_calls)
 
+    def test_a_step_that_drafted_nothing_is_not_padded(self):
+        # the measurement was priced on the step's k drafts; with none proposed the step is a
+        # single-token evaluation, and padding it to 8 would cost T(8) - T(1) for one token
+        fn = hashed_logits(seed=12, n_vocab=V)
+        ctl = FixedController(CostModel({1: 1.0, 2: 1.1, 3: 1.2}), 3)
+        ctl.choose = lambda behind=None: Choice(3, 1.0, 1.0, measure=8)
+        target = FakeModel(fn, V)
+        got, steps = run(SpeculativeEngine(target, ScriptedDrafter(lambda ctx, n: []), ctl))
+        assert got == target_only(fn)[0]
+        assert not any(s.measured for s in steps)
+        assert all(rows == 1 for _, rows in target.decode_calls[1:])
+
 
 class TestSampling:
     @pytest.mark.parametrize("rule", ["speculative", "match"])
