@@ -24,7 +24,7 @@ from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
 from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
 from ..core.modes import repeatable as repeatable_mode
-from ..core.options import DraftOptions, ModelOptions, values
+from ..core.options import DraftOptions, ModelOptions, clamp_threads, usable_cpus, values
 from ..core.sampling import SamplingParams
 from ..llama.compat import Compatibility, check_compatible
 from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
@@ -122,6 +122,7 @@ class Session:
         self.compat = compat
         self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
+        self._adopt_old_keys()
         curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
         # what earlier loads of the pair measured here: a load that met the machine busy is outvoted
         for n, history in self._verify_history().items():
@@ -279,17 +280,39 @@ class Session:
         profile = self.profiles.get(self._draft_key())
         return profile.draft_pass_history if profile else []
 
-    def _draft_key(self) -> str:
-        """The draft's profile: its file's, or for the target's MTP layers the target's marked so."""
+    @property
+    def _threads(self) -> int:
+        """The threads the models run with: automatic is this machine's usable CPUs."""
+        return clamp_threads(self.options.threads)[0]
+
+    def _adopt_old_keys(self) -> None:
+        """Profiles an older version kept under ``tNone`` (automatic threads, as the app loads)
+        are this load's when it runs on every usable CPU: they move to the thread count's key."""
+        if self.profiles is None or self._threads != usable_cpus():
+            return
+        keys = [(self._target_key(old=True), self._target_key())]
+        if self.spec.mtp or self.spec.draft is not None:
+            keys.append((self._draft_key(old=True), self._draft_key()))
+        try:
+            for old, key in keys:
+                self.profiles.adopt(old, key)
+        except OSError:
+            pass  # a profile is a convenience: a read-only data dir must not stop a chat
+
+    def _draft_key(self, old: bool = False) -> str:
+        """The draft's profile: its file's, or for the target's MTP layers the target's marked so
+        (``old``: the key an older version gave automatic threads)."""
         plan = self.offload
         if self.spec.mtp:
-            return MTP_KEY + self._target_key()
+            return MTP_KEY + self._target_key(old)
         assert self.spec.draft is not None
-        return model_key(self.spec.draft, self.machine, self.options.threads, plan.draft_layers if plan else None)
+        threads = None if old else self._threads
+        return model_key(self.spec.draft, self.machine, threads, plan.draft_layers if plan else None)
 
-    def _target_key(self) -> str:
+    def _target_key(self, old: bool = False) -> str:
         plan = self.offload
-        return model_key(self.spec.target, self.machine, self.options.threads, plan.target_layers if plan else None)
+        threads = None if old else self._threads
+        return model_key(self.spec.target, self.machine, threads, plan.target_layers if plan else None)
 
     def drafting_state(
         self, mode: Mode | str | None = None, draft_max: int | None = None, params: SamplingParams | None = None

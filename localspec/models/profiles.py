@@ -202,6 +202,21 @@ class ProfileStore:
             write_atomic(self.path, json.dumps({k: asdict(v) for k, v in profiles.items()}, indent=1))
         return p
 
+    def adopt(self, old: str, key: str) -> None:
+        """Move the profile kept under ``old`` to ``key``, merged with what ``key`` holds (the
+        use added up, the histories joined, the older first): one load known by two keys. Older
+        versions keyed automatic threads as ``tNone`` where ``run`` gave the count, so the app
+        and ``run`` kept two histories of the same load; ``Session`` adopts the old key."""
+        if old == key or old not in self.load():
+            return
+        with locked(self.path):
+            profiles = self._load_locked()
+            before = profiles.pop(old, None)
+            if before is None:
+                return
+            profiles[key] = _merged(before, profiles.get(key))
+            write_atomic(self.path, json.dumps({k: asdict(v) for k, v in profiles.items()}, indent=1))
+
     @staticmethod
     def _updated(
         p: Profile,
@@ -223,6 +238,21 @@ class ProfileStore:
         for how, u in (use or {}).items():
             p.use[how] = p.use.get(how, Use()) + u
         return p
+
+
+def _merged(older: Profile, newer: Profile | None) -> Profile:
+    """``older``'s measurements and use, then ``newer``'s (the last HISTORY of each history)."""
+    if newer is None:
+        return older
+    p = Profile(newer.model, max(older.measured, newer.measured))
+    for n in sorted(set(older.verify_history) | set(newer.verify_history)):
+        p.verify_history[n] = [*older.verify_history.get(n, []), *newer.verify_history.get(n, [])][-HISTORY:]
+    p.verify = {n: float(np.median(ts)) for n, ts in p.verify_history.items()}
+    p.draft_pass_history = [*older.draft_pass_history, *newer.draft_pass_history][-HISTORY:]
+    p.draft_pass = float(np.median(p.draft_pass_history)) if p.draft_pass_history else newer.draft_pass
+    for how in set(older.use) | set(newer.use):
+        p.use[how] = older.use.get(how, Use()) + newer.use.get(how, Use())
+    return p
 
 
 def _history(before: list[float], value: float, amend: bool) -> list[float]:

@@ -1,6 +1,7 @@
 """Per-machine cost profiles: the store, what is expected from them, and a session keeping them."""
 
 import json
+from dataclasses import asdict
 
 import pytest
 
@@ -9,6 +10,7 @@ from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.controller import AdaptiveController
 from localspec.core.costs import CostModel
 from localspec.core.estimates import PRIOR_ALPHA, prior_from
+from localspec.core.options import usable_cpus
 from localspec.core.sampling import SamplingParams
 from localspec.models.profiles import (
     ASSUMED_ALPHA,
@@ -103,6 +105,23 @@ class TestStore:
         assert a != model_key(f, machine_id("build-1"), 2, 10)
         f.write_bytes(b"xy")
         assert a != model_key(f, machine_id("build-1"), 2, 0)
+
+
+    def test_adopt_moves_an_old_key_and_merges_it_older_first(self, tmp_path):
+        store = ProfileStore(tmp_path / "p.json")
+        for t in (0.10, 0.11, 0.12):  # the old key's three loads
+            store.update("old", tmp_path / "t.gguf", verify={1: t}, use={"d": Use(10, 1.0, 8, 6, 2)})
+        for t in (0.20, 0.21, 0.22):  # the new key's three, later
+            store.update("new", tmp_path / "t.gguf", verify={1: t}, draft_pass=0.02, use={"d": Use(5, 0.5, 4, 3, 1)})
+        store.adopt("old", "new")
+        again = ProfileStore(tmp_path / "p.json")
+        assert again.get("old") is None
+        p = again.get("new")
+        assert p.use["d"] == Use(45, 4.5, 36, 27, 9)  # every reply counted once
+        assert p.verify_history[1] == pytest.approx([0.11, 0.12, 0.20, 0.21, 0.22][-HISTORY:])
+        assert p.verify[1] == pytest.approx(0.20) and p.draft_pass == pytest.approx(0.02)
+        store.adopt("gone", "new")  # nothing under the old key: nothing changes
+        assert ProfileStore(tmp_path / "p.json").get("new") == p
 
 
 class TestExpected:
@@ -234,6 +253,41 @@ class TestSessionKeepsProfiles:
             busy.close()
         assert max(store.get(key).verify_history[1]) > 10 * usual[1]  # the busy load's entry, its own
         assert store.get(key).verify[1] < 3 * usual[1]  # the profile's median: one busy load of five
+
+    def test_automatic_threads_are_keyed_by_the_count_they_run_with(self, tiny_pair, tmp_path):
+        # `localspec run` gives the thread count, the app leaves it automatic: on one machine
+        # both run on every usable CPU, so they share one profile (one history, one prior)
+        store = ProfileStore(tmp_path / "profiles.json")
+        auto = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512), profiles=store)
+        auto.close()
+        counted = Session.load(
+            PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=usable_cpus()), profiles=store
+        )
+        counted.close()
+        key = model_key(tiny_pair[0], auto.machine, usable_cpus(), auto.offload.target_layers)
+        assert auto._target_key() == counted._target_key() == key
+        assert len(store.get(key).verify_history[1]) == 2  # both loads, one history
+        assert not any("|tNone|" in k for k in store.load())
+
+    def test_an_older_versions_automatic_profile_is_adopted(self, tiny_pair, tmp_path):
+        # an older version kept the app's loads under `tNone`: the next load takes them over
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512), profiles=store)
+        s.close()
+        machine, layers = s.machine, s.offload.target_layers
+        old = model_key(tiny_pair[0], machine, None, layers)
+        new = model_key(tiny_pair[0], machine, usable_cpus(), layers)
+        how = str(tiny_pair[1].resolve())
+        profiles = store.load()
+        profiles[new].use = {how: Use(400, 20.0, 380, 300, 40)}  # what the app counted before
+        raw = {(old if k == new else k): asdict(v) for k, v in profiles.items()}
+        (tmp_path / "profiles.json").write_text(json.dumps(raw))
+        again = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512), profiles=store)
+        try:
+            assert store.get(old) is None and store.get(new).use[how].rejected == 40
+            assert again._prior("draft") == prior_from(300, 40)  # the controller starts from it
+        finally:
+            again.close()
 
     def test_no_store_no_file(self, tiny_pair, tmp_path):
         s = Session.load(PairSpec(tiny_pair[0]), LoadOptions(n_ctx=512, threads=1))
