@@ -2,7 +2,8 @@
 # Interleaved cold runs of two checkouts' auto mode beside fixed k = 4, on one prompt of a suite:
 # each round runs `localspec run` in a fresh process from checkout A, then B, then A with
 # `--no-adapt --draft-max 4 --p-min 0`, so drift moves all three alike. Each configuration keeps
-# its own data dir, a copy of DATA (a returning user's profile; an empty dir for none).
+# its own data dir, a copy of DATA (a returning user's profile; an empty dir for none); with
+# FRESH=1 every run starts from an empty one (a first-time user: no profile, no prior).
 #
 #   scripts/ab_cold.sh /tmp/wt-before /tmp/wt-after heldout held-explain-hash 5 [DATA]
 #
@@ -29,6 +30,7 @@ done
 
 one() { # checkout, data dir, label, flags...
     local wt=$1 dd=$2 label=$3; shift 3
+    if [ -n "${FRESH:-}" ]; then dd=$(mktemp -d -p "$work"); fi
     (cd "$wt" && printf "%s" "$prompt" | LOCALSPEC_DATA_DIR=$dd "$py" -m localspec run --json \
         --target "$target" --draft "$draft" --max-tokens 96 --temp 0 "$@" - 2>/dev/null) |
         "$py" -c "
