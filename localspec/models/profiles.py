@@ -228,12 +228,10 @@ class ProfileStore:
         p.measured = time.strftime("%Y-%m-%d")
         if verify:
             for n, t in verify.items():
-                before = p.verify_history.get(int(n)) or ([p.verify[int(n)]] if int(n) in p.verify else [])
-                p.verify_history[int(n)] = _history(before, float(t), amend)
+                p.verify_history[int(n)] = _history(_verify_history(p, int(n)), float(t), amend)
             p.verify = {n: float(np.median(ts)) for n, ts in p.verify_history.items()}
         if draft_pass:
-            before = p.draft_pass_history or ([p.draft_pass] if p.draft_pass else [])
-            p.draft_pass_history = _history(before, float(draft_pass), amend)
+            p.draft_pass_history = _history(_draft_history(p), float(draft_pass), amend)
             p.draft_pass = float(np.median(p.draft_pass_history))
         for how, u in (use or {}).items():
             p.use[how] = p.use.get(how, Use()) + u
@@ -245,14 +243,23 @@ def _merged(older: Profile, newer: Profile | None) -> Profile:
     if newer is None:
         return older
     p = Profile(newer.model, max(older.measured, newer.measured))
-    for n in sorted(set(older.verify_history) | set(newer.verify_history)):
-        p.verify_history[n] = [*older.verify_history.get(n, []), *newer.verify_history.get(n, [])][-HISTORY:]
+    for n in sorted({*older.verify, *older.verify_history, *newer.verify, *newer.verify_history}):
+        p.verify_history[n] = [*_verify_history(older, n), *_verify_history(newer, n)][-HISTORY:]
     p.verify = {n: float(np.median(ts)) for n, ts in p.verify_history.items()}
-    p.draft_pass_history = [*older.draft_pass_history, *newer.draft_pass_history][-HISTORY:]
-    p.draft_pass = float(np.median(p.draft_pass_history)) if p.draft_pass_history else newer.draft_pass
+    p.draft_pass_history = [*_draft_history(older), *_draft_history(newer)][-HISTORY:]
+    p.draft_pass = float(np.median(p.draft_pass_history)) if p.draft_pass_history else None
     for how in set(older.use) | set(newer.use):
         p.use[how] = older.use.get(how, Use()) + newer.use.get(how, Use())
     return p
+
+
+def _verify_history(p: Profile, n: int) -> list[float]:
+    """T(n)'s history, or its one value in a profile older than histories."""
+    return p.verify_history.get(n) or ([p.verify[n]] if n in p.verify else [])
+
+
+def _draft_history(p: Profile) -> list[float]:
+    return p.draft_pass_history or ([p.draft_pass] if p.draft_pass else [])
 
 
 def _history(before: list[float], value: float, amend: bool) -> list[float]:

@@ -106,7 +106,6 @@ class TestStore:
         f.write_bytes(b"xy")
         assert a != model_key(f, machine_id("build-1"), 2, 0)
 
-
     def test_adopt_moves_an_old_key_and_merges_it_older_first(self, tmp_path):
         store = ProfileStore(tmp_path / "p.json")
         for t in (0.10, 0.11, 0.12):  # the old key's three loads
@@ -122,6 +121,18 @@ class TestStore:
         assert p.verify[1] == pytest.approx(0.20) and p.draft_pass == pytest.approx(0.02)
         store.adopt("gone", "new")  # nothing under the old key: nothing changes
         assert ProfileStore(tmp_path / "p.json").get("new") == p
+
+    def test_adopt_keeps_a_profile_older_than_histories(self, tmp_path):
+        # a profile written before histories were kept holds medians only
+        path = tmp_path / "p.json"
+        bare = Profile("t.gguf", "2026-11-30", verify={1: 0.1, 2: 0.12}, draft_pass=0.02, use={"d": Use(10, 1.0)})
+        path.write_text(json.dumps({"old": asdict(bare)}))
+        store = ProfileStore(path)
+        store.update("new", tmp_path / "t.gguf", verify={1: 0.3})
+        store.adopt("old", "new")
+        p = store.get("new")
+        assert p.verify_history == {1: [0.1, 0.3], 2: [0.12]} and p.verify[2] == pytest.approx(0.12)
+        assert p.draft_pass_history == [0.02] and p.use["d"] == Use(10, 1.0)
 
 
 class TestExpected:
