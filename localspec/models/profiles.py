@@ -199,7 +199,7 @@ class ProfileStore:
             profiles = self._load_locked()
             p = self._updated(profiles.get(key) or Profile(str(model), ""), verify, draft_pass, use, amend)
             profiles[key] = p
-            write_atomic(self.path, json.dumps({k: asdict(v) for k, v in profiles.items()}, indent=1))
+            self._write_locked(profiles)
         return p
 
     def adopt(self, old: str, key: str) -> None:
@@ -215,7 +215,11 @@ class ProfileStore:
             if before is None:
                 return
             profiles[key] = _merged(before, profiles.get(key))
-            write_atomic(self.path, json.dumps({k: asdict(v) for k, v in profiles.items()}, indent=1))
+            self._write_locked(profiles)
+
+    def _write_locked(self, profiles: Mapping[str, Profile]) -> None:
+        """Write every profile at once (the caller holds the lock)."""
+        write_atomic(self.path, json.dumps({k: asdict(v) for k, v in profiles.items()}, indent=1))
 
     @staticmethod
     def _updated(
