@@ -319,7 +319,8 @@ class Session:
     ) -> DraftingState:
         """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
         a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
-        return explain(self.drafting(mode, draft_max, seeded(params)).controller)
+        drafting = self.drafting(mode, draft_max, seeded(params))
+        return explain(drafting.controller, drafting.copies)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)

@@ -54,6 +54,10 @@ class Drafter(Protocol):
         one (rules.MarginalRule)."""
         ...
 
+    def copy(self, context: Sequence[int], limit: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        """A step the controller gave no drafts: a free copy of up to ``limit`` tokens, if any."""
+        ...
+
     def prefill(self, context: Sequence[int]) -> None: ...
 
     def behind(self, context: Sequence[int]) -> int: ...
@@ -75,6 +79,11 @@ class DrafterBase(Drafter):
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt before the first step (only a draft model has one to read)."""
+
+    def copy(self, context: Sequence[int], limit: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
+        """A free copy of up to ``limit`` tokens for a step the controller gave no drafts (only a
+        draft model's prompt lookup has one to offer)."""
+        return Draft()
 
     def behind(self, context: Sequence[int]) -> int:
         """Tokens of ``context`` the drafter must read before it can draft (a draft model's
@@ -128,6 +137,7 @@ class ModelDrafter(DrafterBase):
         self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
         self.lookup: PromptLookupDrafter | None = None  # see with_lookup
+        self.max_copy = 0
         self._from_lookup = False  # this step's draft is a copy
         self._looked = False  # this step looked for a match (k > 0)
 
@@ -154,15 +164,9 @@ class ModelDrafter(DrafterBase):
         return self
 
     def draft(self, context, k, params, rng, draft_max=0) -> Draft:
-        self._from_lookup = self._looked = False
-        if k <= 0:
-            return Draft()
-        if self.lookup is not None:  # a copy costs no draft pass: its length is the gate's
-            copied = self.lookup.draft(context, max(k, self.max_copy), params, rng)
-            self._looked = True
-            if self.lookup.trusted(len(copied.ids)):
-                self._from_lookup = True
-                return Draft(copied.ids, copied=True)
+        copied = self._copy(context, max(k, self.max_copy), params, rng, off=False) if k > 0 else Draft()
+        if k <= 0 or copied.ids:
+            return copied
         room = self.model.n_ctx - len(context)
         k, draft_max = min(k, room), min(draft_max, room)
         if k <= 0:
@@ -197,6 +201,23 @@ class ModelDrafter(DrafterBase):
             n_evals += 1
         q_draft = tuple(qs) if not params.greedy else None
         return Draft(tuple(ids), q_draft, n_evals, tuple(conf), n_read=max(n_read, 1), read_seconds=read_seconds)
+
+    def copy(self, context, limit, params, rng) -> Draft:
+        """A prompt-lookup match of up to ``limit`` tokens, where the gate trusts it: it costs no
+        draft pass, so it is proposed while the controller drafts nothing too (on edits and
+        quotes a copy pays where the draft model's passes and catch-up do not), at the higher
+        bar a copy in place of the target's own step must clear (``PromptLookupDrafter.trusted``);
+        every match looked at is scored against what the step kept."""
+        return self._copy(context, limit, params, rng, off=True)
+
+    def _copy(self, context, limit, params, rng, off: bool) -> Draft:
+        self._from_lookup = self._looked = False
+        if self.lookup is None or limit <= 0:
+            return Draft()
+        copied = self.lookup.draft(context, limit, params, rng)
+        self._looked = True
+        self._from_lookup = self.lookup.trusted(len(copied.ids), off)
+        return Draft(copied.ids, copied=True) if self._from_lookup else Draft()
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt (all but its last token, which the first draft reads) up front;
@@ -293,17 +314,22 @@ class PromptLookupDrafter(DrafterBase):
                 return Draft(follow[:j])
         return Draft()
 
-    # Tuning choice: beside a draft model, a copied run must be at least this long and its
-    # match length this trusted; shorter or shakier copies are left to the model.
-    MIN_COPY, MIN_COPY_ALPHA = 2, 0.75
+    # Tuning choices: beside a draft model, a copied run must be at least this long and its
+    # match length this trusted; shorter or shakier copies are left to the model. In place of a
+    # step of the target alone (drafting off) the bar is higher: there a rejected copy costs its
+    # whole verify, 1.4 passes for 3 tokens on a compute-bound target, and a length's trust comes
+    # mostly from matches scored against one kept token each. On the Zen 4's Q4 recording 0.75
+    # left one edit at 0.94x the target alone, 0.85 none below 0.99x (docs/design.md).
+    MIN_COPY, MIN_COPY_ALPHA, MIN_OFF_COPY_ALPHA = 2, 0.75, 0.85
 
-    def trusted(self, n_proposed: int) -> bool:
-        """Whether the last proposal should replace a draft model's (see ModelDrafter)."""
+    def trusted(self, n_proposed: int, off: bool = False) -> bool:
+        """Whether the last proposal should replace a draft model's, or (``off``) stand in for a
+        step of the target alone (see ModelDrafter)."""
         return (
             self.gate is not None
             and self._last_n is not None
             and n_proposed >= self.MIN_COPY
-            and self.gate.alpha(self._last_n) >= self.MIN_COPY_ALPHA
+            and self.gate.alpha(self._last_n) >= (self.MIN_OFF_COPY_ALPHA if off else self.MIN_COPY_ALPHA)
         )
 
     def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:

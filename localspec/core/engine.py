@@ -119,7 +119,10 @@ class SpeculativeEngine:
         draft_max = max(0, min(budget - 1, room - 1))
         k = min(choice.k, draft_max)
         t0 = _costs.clock()
-        draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
+        if k:
+            draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max))
+        else:  # no drafts: a free copy may still come (drafters.ModelDrafter.copy)
+            draft = self.drafter.copy(context, draft_max, params, rng)
         t1 = _costs.clock()
         drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
         # a measurement is priced on the step's k drafts (budget.Explorer): where the drafter

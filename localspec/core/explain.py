@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 from .controller import OPTIMISTIC_ALPHA, PROBE_K, UNMEASURED_K, AdaptiveController, Controller, FixedController
 
@@ -20,6 +20,7 @@ class DraftingState:
     expected_speedup: float | None = None  # the model's speed-up at its best k
     # off: the draft's catch-up grows faster than tries earn (controller.Tries.outpaced)
     outpaced: bool = False
+    copies: bool = False  # off: trusted prompt-lookup matches are still proposed (they cost no draft pass)
 
     @property
     def line(self) -> str:
@@ -30,6 +31,8 @@ class DraftingState:
             then = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
         elif not self.on and self.next_try_in is None and self.draft_cost is not None:
             then = "; not tried again on this hardware"
+        if not self.on and self.copies:
+            then += "; copies from the context still proposed where a match is trusted"
         return f"{'on' if self.on else 'off'}: {self.why}{then}"
 
     def as_dict(self) -> dict:
@@ -43,11 +46,18 @@ class DraftingState:
             "verify_cost": self.verify_cost,
             "expected_speedup": self.expected_speedup,
             "outpaced": self.outpaced,
+            "copies": self.copies,
         }
 
 
-def explain(ctl: Controller) -> DraftingState:
-    """The controller's state in words: what a step does now, and the measurement behind it."""
+def explain(ctl: Controller, copies: bool = False) -> DraftingState:
+    """The controller's state in words: what a step does now, and the measurement behind it;
+    ``copies``: the mode's drafter proposes trusted prompt-lookup matches while drafting is off."""
+    state = _explain(ctl)
+    return replace(state, copies=True) if copies and not state.on else state
+
+
+def _explain(ctl: Controller) -> DraftingState:
     if isinstance(ctl, FixedController):
         if ctl.k == 0:
             return DraftingState(False, 0, "the target alone (no draft mode chosen)")

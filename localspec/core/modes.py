@@ -59,6 +59,7 @@ class Drafting:
 
     controller: Controller
     new_drafter: Callable[[ReplySpec], Drafter]
+    copies: bool = False  # its drafter copies trusted prompt-lookup matches, whatever k (drafters.ModelDrafter.copy)
 
 
 ModeFactory = Callable[[ModeContext], Drafting]
@@ -132,7 +133,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
         drafter = ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs)
         return drafter.with_lookup(PromptLookupDrafter(gate=gate), ctx.draft_max) if gate else drafter
 
-    return Drafting(controller, new_drafter)
+    return Drafting(controller, new_drafter, copies=gate is not None)
 
 
 def prompt_lookup(ctx: ModeContext) -> Drafting:

@@ -2,6 +2,7 @@
 best k for the true cost curve on timed fakes (a virtual clock: the timings are exact)."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -785,6 +786,17 @@ class TestExplain:
             if ctl.resumed:
                 break
         assert explain(ctl).on and "a try found drafting pays again" in explain(ctl).line
+
+    def test_off_says_that_copies_are_still_proposed_where_the_mode_copies(self):
+        ctl = self.poor()
+        copies = "; copies from the context still proposed where a match is trusted"
+        assert explain(ctl, copies=True).line == explain(ctl).line + copies
+        assert explain(ctl, copies=True).as_dict()["copies"] is True and copies not in explain(ctl).line
+        on = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), draft_max=8)
+        assert explain(on, copies=True).on and not explain(on, copies=True).copies  # on: the line says k
+        ctx = ModeContext(FakeModel(hashed_logits(1, 8), 8), FakeModel(hashed_logits(2, 8), 8), ctl.costs)
+        assert draft_model(ctx).copies and not draft_model(replace(ctx, copy=False)).copies
+        assert not draft_model(replace(ctx, adaptive=False)).copies and not prompt_lookup(ctx).copies
 
     def test_fixed_and_target_alone(self):
         assert explain(FixedController(CostModel({1: 1.0}), 0)).line == "off: the target alone (no draft mode chosen)"

@@ -40,7 +40,7 @@ class TestDrafterProtocol:
     @pytest.mark.parametrize("drafter", DRAFTERS, ids=lambda d: type(d).__name__)
     def test_every_drafter_has_the_protocol_s_methods_with_its_parameters(self, drafter):
         assert isinstance(drafter, Drafter)
-        for method in ("draft", "prefill", "observe"):
+        for method in ("draft", "copy", "prefill", "observe"):
             want = list(inspect.signature(getattr(Drafter, method)).parameters)[1:]  # without self
             assert list(inspect.signature(getattr(drafter, method)).parameters) == want, method
 
@@ -380,6 +380,27 @@ class TestModelDrafterWithLookup:
         counts = list(d.lookup.gate.counts[3])
         d.observe(0, 0, (8,))  # the next step drafted nothing (k = 0): draft() was not called
         assert d.lookup.gate.counts[3] == counts
+
+    def test_with_no_drafts_asked_a_trusted_match_is_still_copied_and_another_only_scored(self):
+        model, calls = self.counting_model()
+        d = self._drafter(model)
+        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
+        assert d.copy(ctx, 16, GREEDY, None).ids == ()  # 0.75: enough beside the model, not in place of the target
+        assert d.draft(ctx, 2, GREEDY, None).copied and calls == []
+        d.lookup.gate.counts[3] = [9.0, 1.0]  # 0.9
+        got = d.copy(ctx, 16, GREEDY, None)
+        assert got.copied and got.ids[:4] == (4, 5, 6, 7) and got.n_evals == 0 and calls == []
+        for _ in range(20):  # 3-token matches keep failing: no longer trusted
+            d.lookup.gate.observe(3, 4, 0)
+        assert d.copy(ctx, 16, GREEDY, None).ids == () and calls == []
+        accepted, rejected = d.lookup.gate.counts[3]
+        d.observe(0, 0, (4,))  # the target's own token agreed with the match: trust earned back for free
+        assert d.lookup.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
+
+    def test_a_draft_model_without_lookup_copies_nothing(self):
+        model, calls = self.counting_model()
+        d = ModelDrafter(model, 20, costs=CostModel({1: 1.0, 2: 1.0}, t_draft=0.2))
+        assert d.copy([1, 2, 3, 4, 1, 2, 3], 16, GREEDY, None).ids == () and calls == []
 
     def test_copies_stop_at_max_copy(self):
         model, _ = self.counting_model()
