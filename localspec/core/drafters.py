@@ -318,7 +318,7 @@ class PromptLookupDrafter(DrafterBase):
     # match length this trusted; shorter or shakier copies are left to the model. In place of a
     # step of the target alone (drafting off) the bar is higher: there a rejected copy costs its
     # whole verify, 1.4 passes for 3 tokens on a compute-bound target, and a length's trust comes
-    # mostly from matches scored against one kept token each. On the Zen 4's Q4 recording 0.75
+    # mostly from matches scored against one kept token each. On the Zen 3's Q4 recording 0.75
     # left one edit at 0.94x the target alone, 0.85 none below 0.99x (docs/design.md).
     MIN_COPY, MIN_COPY_ALPHA, MIN_OFF_COPY_ALPHA = 2, 0.75, 0.85
 
