@@ -57,6 +57,24 @@ class TestPromptLookup:
         d = PromptLookupDrafter(max_ngram=2, min_ngram=2).draft(ctx, 3, GREEDY, None)
         assert d.ids == (7, 8, 2)  # latest earlier "2 3" is followed by 7 8 2
 
+    def test_a_growing_context_finds_what_a_fresh_one_finds(self):
+        # the drafter converts only what the engine appended to its list since the last step
+        rng = np.random.default_rng(5)
+        growing, ctx = PromptLookupDrafter(), [int(t) for t in rng.integers(0, 6, 40)]
+
+        def fresh(context):
+            return PromptLookupDrafter().draft(list(context), 4, GREEDY, None).ids
+
+        for _ in range(200):
+            assert growing.draft(ctx, 4, GREEDY, None).ids == fresh(ctx)
+            ctx.extend(int(t) for t in rng.integers(0, 6, int(rng.integers(1, 4))))
+        other = ctx[:30]  # a new reply's list, shorter: read afresh
+        assert growing.draft(other, 4, GREEDY, None).ids == fresh(other)
+        assert growing.draft(ctx, 4, GREEDY, None).ids == fresh(ctx)
+        del ctx[25:]  # the same list cut back (the engine never does): read afresh too
+        ctx.extend([1, 2, 3, 1, 2])
+        assert growing.draft(ctx, 4, GREEDY, None).ids == fresh(ctx) == (3, 1, 2)
+
     def test_no_match_drafts_nothing(self):
         assert PromptLookupDrafter().draft([1, 2, 3, 4], 5, GREEDY, None).ids == ()
 
