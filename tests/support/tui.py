@@ -140,8 +140,9 @@ def make_app(
     )
 
 
-async def wait_for(pilot, predicate, timeout: float = 5.0):
-    """Let the app run until predicate() holds (the worker thread needs real time)."""
+async def wait_for(pilot, predicate, timeout: float = 15.0):
+    """Let the app run until predicate() holds (the worker thread needs real time: on a busy
+    2-core machine a screen switch and a load took over 5 s once in a full run)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not predicate():
