@@ -137,9 +137,9 @@ class ModelDrafter(DrafterBase):
         self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
         self.lookup: PromptLookupDrafter | None = None  # see with_lookup
-        self.max_copy = 0
+        self.max_copy = 0  # the longest copy (with_lookup)
         self._from_lookup = False  # this step's draft is a copy
-        self._looked = False  # this step looked for a match (k > 0)
+        self._looked = False  # this step looked for a match
 
     def time_pass(self, context: Sequence[int]) -> float | None:
         """One pass of the context's last token, timed where the draft model's cache ends (it
@@ -164,7 +164,7 @@ class ModelDrafter(DrafterBase):
         return self
 
     def draft(self, context, k, params, rng, draft_max=0) -> Draft:
-        copied = self._copy(context, max(k, self.max_copy), params, rng, off=False) if k > 0 else Draft()
+        copied = self._copy(context, max(k, self.max_copy) if k > 0 else 0, params, rng, off=False)
         if k <= 0 or copied.ids:
             return copied
         room = self.model.n_ctx - len(context)
@@ -318,9 +318,9 @@ class PromptLookupDrafter(DrafterBase):
     # Tuning choices: beside a draft model, a copied run must be at least this long and its
     # match length this trusted; shorter or shakier copies are left to the model. In place of a
     # step of the target alone (drafting off) the bar is higher: there a rejected copy costs its
-    # whole verify, 1.4 passes for 3 tokens on a compute-bound target, and a length's trust comes
-    # mostly from matches scored against one kept token each. On the Zen 3's Q4 recording 0.75
-    # left one edit at 0.94x the target alone, 0.85 none below 0.99x (docs/design.md).
+    # whole verify, 1.4 passes for 3 tokens on a compute-bound target, against a step that could
+    # not have gone wrong. On the Zen 3's Q4 recording 0.75 left one edit at 0.94x the target
+    # alone, 0.85 none below 0.99x (docs/design.md).
     MIN_COPY, MIN_COPY_ALPHA, MIN_OFF_COPY_ALPHA = 2, 0.75, 0.85
 
     def trusted(self, n_proposed: int, off: bool = False) -> bool:
