@@ -396,7 +396,7 @@ class TestModelDrafterWithLookup:
         d.draft(ctx, 2, GREEDY, None)
         d.observe(2, 0, (4,))
         counts = list(d.lookup.gate.counts[3])
-        d.observe(0, 0, (8,))  # the next step drafted nothing (k = 0): draft() was not called
+        d.observe(0, 0, (8,))  # the next step looked for no match (neither draft() nor copy() was called)
         assert d.lookup.gate.counts[3] == counts
 
     def test_with_no_drafts_asked_a_trusted_match_is_still_copied_and_another_only_scored(self):
