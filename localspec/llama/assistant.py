@@ -27,6 +27,7 @@ are no draft of anything.
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,8 +36,10 @@ import numpy as np
 from llama_cpp import llama_cpp_ext as X
 
 from ..core.protocol import CachedModel
-from .backend import BackendError, LlamaModel, ModelLoadError, load_model
-from .mtp import TargetVocab, draft_context_params
+from .backend import BackendError, LlamaModel, ModelLoadError, llama_errors, llama_reason, load_model
+from .mtp import TargetVocab, add_entry, draft_context_params
+
+log = logging.getLogger(__name__)
 
 ARCH = "gemma4-assistant"
 TARGET_ARCH = "gemma4"
@@ -56,11 +59,12 @@ class AssistantModel(TargetVocab, CachedModel):
         self._ctx = None
         try:
             _check_fits(self.path, self._model, target)
-            self._ctx = L.llama_init_from_model(self._model, draft_context_params(target))
+            with llama_errors() as errors:
+                self._ctx = L.llama_init_from_model(self._model, draft_context_params(target))
             if not self._ctx:
                 raise ModelLoadError(
                     f"{self.path}: llama.cpp could not create the assistant's context against {target.name} "
-                    "(out of memory? --verbose shows llama.cpp's log)"
+                    f"({llama_reason(errors, 'out of memory?')})"
                 )
         except BaseException:
             L.llama_model_free(self._model)
@@ -73,6 +77,7 @@ class AssistantModel(TargetVocab, CachedModel):
         self._pos = (L.llama_pos * 4)()  # (llama.cpp reads n_pos_per_embd of them: one here)
         # the last pass: its index in ``cached``, its position, the state it handed on
         self._last: tuple[int, int, np.ndarray] | None = None
+        self.zero_states = 0  # passes fed zeros for a state the target never kept (as MtpModel's)
 
     # --- the two primitives --------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
@@ -103,13 +108,7 @@ class AssistantModel(TargetVocab, CachedModel):
             raise BackendError(f"{self.name}: token id {token} is outside the vocabulary")
         b = self._batch
         L.llama_batch_ext_clear(b)
-        j = L.llama_batch_ext_add_token(b, 0, int(token))
-        self._pos[0] = pos
-        L.llama_batch_ext_set_pos(b, j, self._pos)
-        row = L.llama_embd(h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
-        if not L.llama_batch_ext_set_embd_token(b, j, row):  # llama.cpp copies the row
-            raise BackendError(f"{self.name}: llama.cpp refused a hidden-state row of {self.n_embd}")
-        L.llama_batch_ext_set_output_logits(b, j, True)
+        add_entry(self.name, b, int(token), pos, h, self._pos, output=True)
         rc = L.llama_process(self._ctx, L.LLAMA_PROCESS_TYPE_DECODE, b)
         if rc != 0:
             self._last = None
@@ -124,10 +123,20 @@ class AssistantModel(TargetVocab, CachedModel):
         )
 
     def _target_state(self, pos: int) -> np.ndarray:
-        """The target's hidden state at ``pos`` (zeros before the first position, or where the
-        target evaluated before it kept its states)."""
-        if 0 <= pos < min(len(self.target.cached), len(self.hidden.rows)):
-            return self.hidden.rows[pos]
+        """The target's hidden state at ``pos``; zeros before the first position, and where the
+        target evaluated ``pos`` before it kept its states (counted in ``zero_states``)."""
+        h = self.hidden.row(pos, len(self.target.cached))
+        if h is not None:
+            return h
+        if pos >= 0:
+            self.zero_states += 1
+            if self.zero_states == 1:
+                log.warning(
+                    "%s: no hidden state of the target at position %d (evaluated before the assistant "
+                    "was loaded?): drafting from zeros there",
+                    self.name,
+                    pos,
+                )
         return np.zeros(self.n_embd, dtype=np.float32)
 
     def describe(self) -> str:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import re
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from llama_cpp import llama_cpp_ext as X
 
 from ..core.options import MAX_DRAFT, clamp_threads
 from ..core.protocol import CachedModel, ContextFull
+from . import ggufinfo
 from .compat import VocabInfo
 from .offload import DEVICE_TYPES, Device
 from .picking import GreedyPicker, logits_on_gpu
@@ -151,20 +154,79 @@ def build_info() -> dict:
     return info
 
 
-_recent_errors: list[str] = []  # llama.cpp's last error lines, quoted when a load fails
+# ggml's log levels (ggml.h, enum ggml_log_level). llama-cpp-python's _logger.py lists an older
+# numbering, in which 3 was the error level; here 3 is a warning.
+_LOG_ERROR = 4
+_LOG_CONT = 5  # a continuation of the previous line, at that line's level
+_MAX_ERROR_LINES = 16  # a damaged file can make llama.cpp log an error per tensor
 _verbose = False
+
+
+class _ThisThread(threading.local):
+    """What llama.cpp logged on this thread: it calls the log callback on the thread that
+    called into it, so a load on a worker thread keeps its own lines."""
+
+    errors: list[str] | None = None  # the error-level lines, while ``llama_errors`` is on
+    level = 0  # the level of the last line, which a continuation line takes
+
+
+_this_thread = _ThisThread()
 
 
 @L.llama_log_callback
 def _log(level: int, text: bytes, user_data) -> None:
-    """llama.cpp logs to stderr by default; we keep its errors for our messages and print
-    the rest only with verbose on (level 2 = warning, 3 = error)."""
-    line = text.decode("utf-8", "replace")
-    if level == 3:
-        _recent_errors.append(line.strip())
-        del _recent_errors[:-5]
-    if _verbose:
-        print(line, end="", file=sys.stderr)
+    """llama.cpp logs to stderr by default; we print its lines only with verbose on, and keep
+    its error-level ones for the message of the call that failed (``llama_errors``)."""
+    try:
+        line = (text or b"").decode("utf-8", "replace")
+        here = _this_thread
+        if level != _LOG_CONT:
+            here.level = level
+        errors = here.errors
+        if here.level == _LOG_ERROR and errors is not None:
+            if level == _LOG_CONT and errors:
+                errors[-1] += line
+            elif len(errors) < _MAX_ERROR_LINES:
+                errors.append(line)
+        if _verbose:
+            print(line, end="", file=sys.stderr)
+    except Exception:  # nothing may raise into C (at shutdown this module's globals may be gone)
+        pass
+
+
+# llama.cpp keeps a bare pointer to the callback: one more reference that is never dropped
+# keeps the ctypes thunk alive even while the interpreter shuts down, when models left open
+# are freed (and llama.cpp logs) after this module's globals are gone
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_log))
+
+
+@contextlib.contextmanager
+def llama_errors() -> Iterator[list[str]]:
+    """The error-level lines llama.cpp logs on this thread inside the block, for a message
+    that gives llama.cpp's own reason. Blocks nest: an outer one gets the inner one's lines."""
+    here = _this_thread
+    lines: list[str] = []
+    outer, here.errors = here.errors, lines
+    try:
+        yield lines
+    finally:
+        here.errors = outer
+        if outer is not None:
+            outer.extend(lines[: _MAX_ERROR_LINES - len(outer)])
+
+
+# what llama.cpp logs after a specific reason, which says nothing more
+_GENERIC = {"failed to load model"}
+_FUNCTION_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]*: ")
+
+
+def llama_reason(lines: Sequence[str], fallback: str) -> str:
+    """llama.cpp's own reason from its error lines ("error loading model: check_tensor_dims:
+    tensor 'blk.4.attn_norm.weight' not found"), each once, without the function name it starts
+    with or the generic lines that follow a specific one; ``fallback`` when it logged none."""
+    said = list(dict.fromkeys(_FUNCTION_PREFIX.sub("", s.strip(), count=1) for s in lines if s.strip()))
+    specific = [s for s in said if s not in _GENERIC]
+    return "; ".join(specific or said) or fallback
 
 
 def _init_backend(verbose: bool) -> None:
@@ -244,10 +306,12 @@ class LlamaModel(CachedModel):
                 f"{path}: the file has no tokenizer (vocabulary); localspec needs a model with its tokenizer"
             )
         n_ctx = min(n_ctx, int(L.llama_model_n_ctx_train(model)) or n_ctx)
-        ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads, snapshots))
+        with llama_errors() as errors:
+            ctx = L.llama_init_from_model(model, _context_params(n_ctx, threads, snapshots))
         if not ctx:
             L.llama_model_free(model)
-            raise ModelLoadError(f"{path}: could not create a context of {n_ctx} tokens (out of memory?)")
+            why = llama_reason(errors, "out of memory?")
+            raise ModelLoadError(f"{path}: llama.cpp could not create a context of {n_ctx} tokens ({why})")
         loaded = cls(path, model, ctx, min(n_ctx, int(L.llama_n_ctx(ctx))))
         loaded.can_pick = logits_on_gpu(model, gpu_layers)
         return loaded
@@ -335,7 +399,8 @@ class LlamaModel(CachedModel):
         start = max(0, start)  # p0 < 0 would mean "from the first position" to llama.cpp too
         rollback = self._rollback
         if rollback is None or start == 0:  # a KV cache drops any tail; anything drops it all
-            L.llama_memory_seq_rm(self._mem, 0, start, -1)
+            if not L.llama_memory_seq_rm(self._mem, 0, start, -1):
+                raise BackendError(f"{self.name}: llama.cpp refused to drop cache positions {start}..")
             if rollback:
                 rollback.dropped(0)
             return
@@ -363,6 +428,11 @@ class LlamaModel(CachedModel):
             X.llama_set_embeddings_nextn(self._ctx, True, False)
             self.hidden = HiddenStates(int(L.llama_model_n_embd_out(self._model)))
         return self.hidden
+
+    @property
+    def rollback(self) -> Rollback | None:
+        """How a recurrent or hybrid cache rolls back, with its counts; None for a KV cache."""
+        return self._rollback
 
     def checkpoint(self, lasting: bool = False) -> None:
         if self._rollback:
@@ -500,15 +570,26 @@ class HiddenStates:
     def __init__(self, n_embd: int) -> None:
         self.n_embd = n_embd
         self.rows = np.zeros((0, n_embd), dtype=np.float32)
+        self.kept = np.zeros(0, dtype=bool)  # positions evaluated since the states were kept
 
     def put(self, start: int, ptr, n: int) -> None:
         if not ptr:
             raise BackendError("llama.cpp returned no hidden states (is this a model with MTP layers?)")
         if start + n > len(self.rows):  # grow by doubling: a chat's context fills up gradually
-            grown = np.zeros((max(start + n, 2 * len(self.rows), 256), self.n_embd), dtype=np.float32)
+            size = max(start + n, 2 * len(self.rows), 256)
+            grown = np.zeros((size, self.n_embd), dtype=np.float32)
             grown[: len(self.rows)] = self.rows
             self.rows = grown
+            self.kept = np.concatenate([self.kept, np.zeros(size - len(self.kept), dtype=bool)])
         self.rows[start : start + n] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
+        self.kept[start : start + n] = True
+
+    def row(self, pos: int, n_cached: int) -> np.ndarray | None:
+        """The state at ``pos`` of a model whose cache holds ``n_cached`` tokens; None where
+        there is none: past the cache (a stale row), or evaluated before states were kept."""
+        if 0 <= pos < min(n_cached, len(self.rows)) and self.kept[pos]:
+            return self.rows[pos]
+        return None
 
 
 def load_model(path: Path, gpu_layers: int | None, mtp: bool = False):
@@ -523,12 +604,22 @@ def load_model(path: Path, gpu_layers: int | None, mtp: bool = False):
     # CPU-friendly layout, and with mmap the original pages stay resident as well (RSS was
     # file + 53 % for the Q4 1.5B target; read in, it is file + KV cache + 10 %).
     mparams.load_mode = L.LLAMA_LOAD_MODE_NONE
-    _recent_errors.clear()
-    model = L.llama_model_load_from_file(str(path).encode(), mparams)
+    with llama_errors() as errors:
+        model = L.llama_model_load_from_file(str(path).encode(), mparams)
     if not model:
-        why = "; ".join(e for e in _recent_errors if e) or "not a GGUF it supports"
-        raise ModelLoadError(f"{path}: llama.cpp could not load this file ({why})")
+        why = llama_reason(errors, "not a GGUF it supports")
+        raise ModelLoadError(f"{path}: llama.cpp could not load this file ({why}){_mtp_problem(path)}")
     return model
+
+
+def _mtp_problem(path: Path) -> str:
+    """What to add to a load failure's message when the file declares MTP layers without
+    their tensors (llama.cpp names only the first tensor it missed); "" otherwise."""
+    try:
+        problem = ggufinfo.mtp_layers(path).problem
+    except (ggufinfo.GgufError, OSError):
+        return ""  # (llama.cpp's reason says it)
+    return f". {problem}" if problem else ""
 
 
 def _context_params(n_ctx: int, threads: int | None, snapshots: int = 0):
@@ -573,8 +664,8 @@ def quantize(src: Path, dst: Path, ftype: str = "Q4_K_M", threads: int | None = 
     params = L.llama_model_quantize_default_params()
     params.ftype = _QUANT_FTYPES[ftype.upper()]
     params.nthread = threads or 0  # 0: llama.cpp uses every hardware thread
-    _recent_errors.clear()
-    rc = L.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    with llama_errors() as errors:
+        rc = L.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
-        why = "; ".join(e for e in _recent_errors if e) or f"llama_model_quantize returned {rc}"
+        why = llama_reason(errors, f"llama_model_quantize returned {rc}")
         raise QuantizeError(f"quantizing {src} to {ftype} as {dst} failed ({why})")

@@ -4,7 +4,9 @@
 Two things are read: the metadata ``localspec models import/check`` show (architecture,
 parameters, quantization, context length, vocab size, KV-cache bytes per token) and the
 vocabulary as llama.cpp sees it (``vocab_info``), so ``compat.check_compatible`` can judge a
-pair without loading either model.
+pair without loading either model. The tensor table gives the bytes per layer for the GPU
+offload plan (``read_model_layout``) and whether the MTP layers a file declares are in it
+(``mtp_layers``).
 
 Why not ``gguf.GGUFReader``: it builds a numpy view per array element, which takes about 9 s
 for a 151k-token vocabulary with its merges. We parse the header and key/value section
@@ -156,12 +158,7 @@ def read_model_layout(path: Path | str) -> ModelLayout:
     ``output.weight`` and llama.cpp puts a copy of ``token_embd.weight`` there instead).
     Other tensors (token embeddings, rope factors) stay on the CPU or are too small to count.
     A split model (NAME-00001-of-0000N.gguf) has tensors in every part: all are read."""
-    path = Path(path)
-    sizes: dict[str, int] = {}
-    meta, _, _ = _read(path, sizes)
-    for part in split_parts(path, meta):
-        if part != path:
-            _read(part, sizes)
+    meta, sizes = _tensor_sizes(Path(path))
     arch = _text(meta.get("general.architecture", b""))
     n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
     blocks = [0] * n_layer
@@ -182,6 +179,16 @@ def read_model_layout(path: Path | str) -> ModelLayout:
 
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
+
+
+def _tensor_sizes(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    """(metadata, every tensor's name -> bytes), from every part of a split model."""
+    sizes: dict[str, int] = {}
+    meta, _, _ = _read(path, sizes)
+    for part in split_parts(path, meta):
+        if part != path:
+            _read(part, sizes)
+    return meta, sizes
 
 
 def split_parts(path: Path, meta: dict) -> list[Path]:
@@ -442,13 +449,66 @@ def read_info(path: Path | str) -> GgufInfo:
 
 
 def nextn_layers(path: Path | str) -> int:
-    """How many next-token-prediction (MTP) layers the file carries (``<arch>.nextn_predict_layers``);
+    """How many next-token-prediction (MTP) layers the file carries: those its metadata
+    declares (``<arch>.nextn_predict_layers``) when their tensors are there too (``mtp_layers``);
     0 for a model without them, or a file that cannot be read (its load says why)."""
     try:
-        meta, _ = read_metadata(path)
+        layers = mtp_layers(path)
     except (GgufError, OSError):
         return 0
-    return nextn_layers_of(meta, _text(meta.get("general.architecture", b"")))
+    return layers.declared if layers.usable else 0
+
+
+# The tensors llama.cpp requires of every MTP block, in every architecture that has them
+# (qwen35, qwen35moe, qwen3next, glm4-moe, deepseek2, step35, mimo2, ...: ``load_arch_tensors``
+# in src/models/, created without TENSOR_NOT_REQUIRED); the blocks are the last
+# ``nextn_predict_layers`` of ``block_count``. (llama.cpp's own test for an MTP file,
+# common/speculative.cpp, looks for ``nextn.eh_proj`` of the last block.)
+MTP_BLOCK_TENSORS = ("attn_norm.weight", "nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight")
+
+
+@dataclass(frozen=True)
+class MtpLayers:
+    """A file's next-token-prediction (MTP) layers: how many its metadata declares, and the
+    tensors llama.cpp requires of them that the file lacks."""
+
+    path: Path
+    arch: str
+    declared: int  # <arch>.nextn_predict_layers
+    missing: tuple[str, ...] = ()  # "blk.4.attn_norm.weight", ... block by block
+
+    @property
+    def usable(self) -> bool:
+        """Whether an MTP draft can run: layers declared and every required tensor there."""
+        return self.declared > 0 and not self.missing
+
+    @property
+    def problem(self) -> str | None:
+        """Why the declared layers cannot be used (naming the missing tensors), or None."""
+        if not self.missing:
+            return None
+        n, missing = self.declared, self.missing
+        shown = ", ".join(missing) if len(missing) <= 4 else ", ".join(missing[:3]) + f" and {len(missing) - 3} more"
+        layers = "1 MTP layer" if n == 1 else f"{n} MTP layers"
+        return (
+            f"{self.path.name} declares {layers} ({self.arch}.nextn_predict_layers = {n}) but lacks "
+            f"{'its' if n == 1 else 'their'} tensors ({shown}): it was converted without them. Use a GGUF "
+            "of this model without MTP layers, or one with them whole (often a repo named *-MTP-GGUF)"
+        )
+
+
+def mtp_layers(path: Path | str) -> MtpLayers:
+    """What ``path`` says about its MTP layers and whether their tensors are in it (every part
+    of a split model is read), or GgufError for a file that cannot be read. A header read: no
+    tensor data. Automatic MTP is for a file whose layers are ``usable``."""
+    path = Path(path)
+    meta, sizes = _tensor_sizes(path)
+    arch = _text(meta.get("general.architecture", b""))
+    declared = nextn_layers_of(meta, arch)
+    n_layer = meta.get(f"{arch}.block_count", 0)
+    n_layer = int(n_layer) if _is_int(n_layer) else 0
+    wanted = [f"blk.{il}.{t}" for il in range(max(n_layer - declared, 0), n_layer) for t in MTP_BLOCK_TENSORS]
+    return MtpLayers(path, arch, declared, tuple(name for name in wanted if name not in sizes))
 
 
 def nextn_layers_of(meta: dict, arch: str) -> int:

@@ -14,7 +14,12 @@ output layer, with no second model to download or load; llama.cpp calls it ``dra
   as llama.cpp re-reads every verified row (``process`` after each target batch);
 - it reads the target's states lazily, when it drafts (``sync``, as a draft model catches
   up), from ``LlamaModel.hidden``, which keeps every position's state;
-- drafting is greedy on the MTP logits (``ModelDrafter``, as for any draft model).
+- drafting is greedy on the MTP logits (``ModelDrafter``, as for any draft model);
+- one MTP block drafts every position. A file with several ("heads": step35, mimo2, hy_v3)
+  drafts with its first, and says so (``heads_note``), where llama.cpp's draft-mtp runs head i
+  at draft position i; where llama.cpp's MTP graph takes a single block (qwen35 and most
+  others, which abort the process on more), such a file is refused, as is one that declares
+  MTP layers without their tensors (``ggufinfo.mtp_layers``).
 
 So ``MtpModel`` is a ``CachedModel`` and the core drafts with it exactly as with a separate
 draft model: the same controller, marginal rule, costs, statistics and explanations.
@@ -23,16 +28,27 @@ draft model: the same controller, marginal rule, costs, statistics and explanati
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import llama_cpp as L
 import numpy as np
 from llama_cpp import llama_cpp_ext as X
 
 from ..core.protocol import CachedModel, ContextFull
-from .backend import N_BATCH, BackendError, LlamaModel, ModelLoadError
+from . import ggufinfo
+from .backend import N_BATCH, BackendError, LlamaModel, ModelLoadError, llama_errors, llama_reason
+
+log = logging.getLogger(__name__)
 
 _LLAMA_DECODE = 1  # LLAMA_PROCESS_TYPE_DECODE
+# Architectures whose MTP graph in llama.cpp runs any one of several MTP blocks ("heads",
+# chosen by ``llama_set_nextn_layer_offset``; its draft-mtp runs head i at draft position i).
+# Every other architecture's MTP graph asserts a single block and aborts the process on more.
+SEVERAL_HEADS = frozenset({"step35", "mimo2", "hy_v3"})
+# llama_batch_ext_add_token's errors (llama.h)
+_ADD_ERRORS = {-1: "the batch is full", -2: "the token is invalid", -3: "the sequence id is invalid"}
 
 
 class TargetVocab:
@@ -60,15 +76,28 @@ class MtpModel(TargetVocab, CachedModel):
                 f"{target.path}: this GGUF has no MTP layers (nextn_predict_layers = 0); "
                 "use the model's MTP file (often a repo named *-MTP-GGUF) or a draft model"
             )
+        # llama.cpp asserts (aborting the process) on a missing MTP tensor or a head count its
+        # MTP graph does not take: both are refused here instead
+        try:
+            layers = ggufinfo.mtp_layers(target.path)
+        except ggufinfo.GgufError as e:  # (llama.cpp read it: a key of a type we do not read)
+            raise ModelLoadError(f"cannot check the MTP layers: {e}") from None
+        if layers.problem:
+            raise ModelLoadError(f"{target.path}: {layers.problem}")
+        self.note = heads_note(target.path, layers.arch, target.n_nextn)
+        if self.note:
+            log.warning("%s", self.note)
         self.target = target
         self.path = target.path
         self.name = f"{target.name} (MTP)"
         self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
-        self._ctx = L.llama_init_from_model(target._model, draft_context_params(target))
+        with llama_errors() as errors:
+            self._ctx = L.llama_init_from_model(target._model, draft_context_params(target))
         if not self._ctx:
             raise ModelLoadError(
                 f"{target.path}: llama.cpp could not create the MTP context for this architecture "
-                f"({target.describe()}); draft with a draft model or prompt lookup instead"
+                f"({target.describe()}: {llama_reason(errors, 'no reason given')}); "
+                "draft with a draft model or prompt lookup instead"
             )
         X.llama_set_embeddings_nextn(self._ctx, True, True)  # the MTP block's own state, output rows only
         self._mem = L.llama_get_memory(self._ctx)
@@ -78,6 +107,9 @@ class MtpModel(TargetVocab, CachedModel):
         self._pos = (L.llama_pos * 4)()  # IMROPE models read pos[0] for a token entry
         self._own: tuple[int, np.ndarray] | None = None  # (position, the MTP's state there)
         self._exact = 0  # cache entries made from the target's states (the rest: a draft's)
+        # passes fed zeros for a state the target never kept (a position it evaluated before
+        # this MTP block was loaded): their drafts are guesses; the first is logged as a warning
+        self.zero_states = 0
 
     # --- the two primitives --------------------------------------------------------------
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> list[np.ndarray]:
@@ -88,11 +120,15 @@ class MtpModel(TargetVocab, CachedModel):
         # llama.cpp copies an MTP batch's hidden-state rows from the front of the batch, so the
         # row whose state the next pass needs is evaluated on its own, as llama.cpp's draft does
         own = False
-        for lo in range(0, len(tokens) - 1, N_BATCH):
-            chunk = tokens[lo : min(lo + N_BATCH, len(tokens) - 1)]
-            own |= self._run(chunk, start + lo, output=False)
         last = start + len(tokens) - 1
-        own |= self._run(tokens[-1:], last, output=True)
+        try:
+            for lo in range(0, len(tokens) - 1, N_BATCH):
+                chunk = tokens[lo : min(lo + N_BATCH, len(tokens) - 1)]
+                own |= self._run(chunk, start + lo, output=False)
+            own |= self._run(tokens[-1:], last, output=True)
+        except BackendError:
+            self._forget_failed(start)
+            raise
         if not own and start == self._exact:
             self._exact = start + len(tokens)
         logits = L.llama_get_logits_ith(self._ctx, 0)
@@ -103,8 +139,18 @@ class MtpModel(TargetVocab, CachedModel):
         return [np.ctypeslib.as_array(logits, shape=(self.n_vocab,))]
 
     def _remove(self, start: int) -> None:
-        L.llama_memory_seq_rm(self._mem, 0, max(0, start), -1)  # a KV cache: any tail goes
+        if not L.llama_memory_seq_rm(self._mem, 0, max(0, start), -1):  # a KV cache: any tail goes
+            raise BackendError(f"{self.name}: llama.cpp refused to drop MTP cache positions {start}..")
         self._exact = min(self._exact, start)
+
+    def _forget_failed(self, start: int) -> None:
+        """A failed evaluation may have left its earlier chunks in the cache, past ``cached``:
+        drop them (or everything, if llama.cpp refuses that)."""
+        if not L.llama_memory_seq_rm(self._mem, 0, start, -1):
+            L.llama_memory_clear(self._mem, True)
+            self.cached = []
+        self._exact = min(self._exact, len(self.cached))
+        self._own = None
 
     def sync(self, tokens: Sequence[int], n_logits: int = 0, known: int = 0) -> Sequence[np.ndarray] | None:
         """As ``CachedModel.sync``, but a draft's entries (made from the MTP block's own
@@ -121,37 +167,75 @@ class MtpModel(TargetVocab, CachedModel):
                 raise BackendError(f"{self.name}: token id {token} is outside the vocabulary")
             h, mine = self._state_before(start + i)
             own |= mine
-            j = L.llama_batch_ext_add_token(b, 0, int(token))
-            self._pos[0] = start + i
-            L.llama_batch_ext_set_pos(b, j, self._pos)
-            row = L.llama_embd(h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, self.n_embd)
-            if not L.llama_batch_ext_set_embd_token(b, j, row):  # llama.cpp copies the row
-                raise BackendError(f"{self.name}: llama.cpp refused a hidden-state row of {self.n_embd}")
-            if output:
-                L.llama_batch_ext_set_output_logits(b, j, True)
+            add_entry(self.name, b, int(token), start + i, h, self._pos, output)
         rc = L.llama_process(self._ctx, _LLAMA_DECODE, b)
         if rc != 0:
-            L.llama_memory_seq_rm(self._mem, 0, start, -1)
             raise BackendError(f"{self.name}: the MTP evaluation failed ({rc}) at position {start}")
         return own
 
     def _state_before(self, pos: int) -> tuple[np.ndarray, bool]:
         """``h_{pos-1}``: the target's where it has evaluated that position, else the MTP
         block's own from its last pass (a draft's next token); and whether it is the latter."""
-        if 0 < pos <= len(self.target.cached):
-            return self.hidden.rows[pos - 1], False
+        if pos <= 0:  # nothing before the first position
+            return np.zeros(self.n_embd, dtype=np.float32), False
+        h = self.hidden.row(pos - 1, len(self.target.cached))
+        if h is not None:
+            return h, False
         if self._own is not None and self._own[0] == pos - 1:
             return self._own[1], True
-        return np.zeros(self.n_embd, dtype=np.float32), pos > 0  # (nothing known: position 0)
+        self.zero_states += 1
+        if self.zero_states == 1:
+            log.warning(
+                "%s: no hidden state of the target at position %d (evaluated before the MTP layer "
+                "was loaded?): drafting from zeros there",
+                self.name,
+                pos - 1,
+            )
+        return np.zeros(self.n_embd, dtype=np.float32), True
 
     def describe(self) -> str:
-        return f"MTP layer of {self.target.describe()}"
+        heads = f"first of {self.target.n_nextn} MTP layers" if self.target.n_nextn > 1 else "MTP layer"
+        return f"{heads} of {self.target.describe()}"
 
     def close(self) -> None:
         if self._ctx:
             L.llama_batch_ext_free(self._batch)
             L.llama_free(self._ctx)
             self._ctx = None
+
+
+def heads_note(path: Path | str, arch: str, n_heads: int) -> str | None:
+    """None for one MTP block. For several, the line saying that every draft position uses the
+    first (llama.cpp's draft-mtp runs head i at position i, each head rebuilding its own
+    layer's cache over the draft; this drafts as for a single head); a ModelLoadError where
+    llama.cpp's MTP graph takes a single block."""
+    if n_heads <= 1:
+        return None
+    if arch not in SEVERAL_HEADS:
+        raise ModelLoadError(
+            f"{path}: this {arch} file has {n_heads} MTP layers; llama.cpp's {arch} MTP drafts with "
+            "exactly one. Use the model's GGUF with one MTP layer, or a draft model"
+        )
+    return (
+        f"{Path(path).name} has {n_heads} MTP layers (heads); localspec drafts every position with "
+        f"the first, where llama.cpp's draft-mtp uses head i at draft position i"
+    )
+
+
+def add_entry(name: str, batch, token: int, pos: int, h: np.ndarray, pos_buf, output: bool) -> None:
+    """Add ``token`` at ``pos`` with the hidden state ``h`` to an MTP batch, each llama.cpp call
+    checked (a refused one would leave an entry without its position or state)."""
+    j = L.llama_batch_ext_add_token(batch, 0, token)
+    if j < 0:
+        raise BackendError(f"{name}: llama.cpp refused token {token} at position {pos}: {_ADD_ERRORS.get(j, j)}")
+    pos_buf[0] = pos
+    if not L.llama_batch_ext_set_pos(batch, j, pos_buf):
+        raise BackendError(f"{name}: llama.cpp refused position {pos} for a batch entry")
+    row = L.llama_embd(h.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, len(h))
+    if not L.llama_batch_ext_set_embd_token(batch, j, row):  # llama.cpp copies the row
+        raise BackendError(f"{name}: llama.cpp refused a hidden-state row of {len(h)}")
+    if output and not L.llama_batch_ext_set_output_logits(batch, j, True):
+        raise BackendError(f"{name}: llama.cpp refused to output logits for position {pos}")
 
 
 def draft_context_params(target: LlamaModel):

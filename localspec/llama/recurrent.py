@@ -22,10 +22,13 @@ The engine asks for a checkpoint before a verify its snapshots cannot undo, afte
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import llama_cpp as L
+
+log = logging.getLogger(__name__)
 
 _PARTIAL = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: the recurrent part, not the KV cells
 
@@ -47,6 +50,10 @@ class Rollback:
         self._last: tuple[int, int] | None = None  # (first position, tokens) of the latest evaluation
         self.restores = 0  # rollbacks by checkpoint so far (what the tests and the docs count)
         self.prefills = 0  # ... and by a new prefill
+        # checkpoints llama.cpp would not copy out or put back: each makes a rollback that
+        # needed it a new prefill (the first of each kind is also logged as a warning)
+        self.failed_saves = 0
+        self.failed_restores = 0
 
     def evaluated(self, start: int, n: int) -> None:
         """An evaluation of ``n`` tokens at ``start`` (one llama_decode) succeeded."""
@@ -84,15 +91,36 @@ class Rollback:
         size = L.llama_state_seq_get_size_ext(self._ctx, 0, _PARTIAL)
         data = old[0].data if old and len(old[0].data) == size else (ctypes.c_uint8 * size)()
         self.checkpoints = [c for c in self.checkpoints if c.lasting != lasting]
-        if L.llama_state_seq_get_data_ext(self._ctx, data, size, 0, _PARTIAL) == size:
+        if size > 0 and L.llama_state_seq_get_data_ext(self._ctx, data, size, 0, _PARTIAL) == size:
             self.checkpoints.append(Checkpoint(n_tokens, data, lasting))
-        # (else nothing is kept: a rollback that needed it falls back to a new prefill)
+            return
+        self.failed_saves += 1
+        if self.failed_saves == 1:
+            log.warning(
+                "llama.cpp could not copy out the recurrent state after %d tokens (%d bytes): "
+                "rolling back to there evaluates every kept token again",
+                n_tokens,
+                size,
+            )
 
     def restore(self, checkpoint: Checkpoint, remove_from: Callable[[int], bool]) -> bool:
         """Put ``checkpoint``'s recurrent state back, then drop the KV cells after it
-        (``remove_from(n)``); False when llama.cpp refused either."""
+        (``remove_from(n)``); False when llama.cpp refused either (the caller then evaluates
+        every kept token again)."""
         size = len(checkpoint.data)
         if L.llama_state_seq_set_data_ext(self._ctx, checkpoint.data, size, 0, _PARTIAL) != size:
-            return False
+            return self._refused(checkpoint, "the recurrent state saved")
+        if not remove_from(checkpoint.n_tokens):
+            return self._refused(checkpoint, "to drop the cache cells after the state saved")
         self.restores += 1
-        return remove_from(checkpoint.n_tokens)
+        return True
+
+    def _refused(self, checkpoint: Checkpoint, what: str) -> bool:
+        self.failed_restores += 1
+        if self.failed_restores == 1:
+            log.warning(
+                "llama.cpp refused %s after %d tokens: rolling back there evaluates every kept token again",
+                what,
+                checkpoint.n_tokens,
+            )
+        return False

@@ -11,6 +11,7 @@ import pytest
 from localspec.llama import ggufinfo
 from localspec.llama.compat import check_compatible
 from tests.support.checks import check_pair
+from tests.support.hybrid_gguf import write_tiny_qwen35
 from tests.support.tiny_gguf import write_tiny_gguf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -128,6 +129,51 @@ class TestVocabAgreesWithLlamaCpp:
         w.close()
         with pytest.raises(ggufinfo.GgufError, match="unknown tokenizer model 'mystery'"):
             ggufinfo.vocab_info(path)
+
+
+class TestMtpLayers:
+    """Whether a file's MTP layers can draft: declared by ``nextn_predict_layers`` *and* their
+    tensors there (llama.cpp refuses a qwen35 file that lacks them, and aborts drafting with a
+    deepseek2 one). Written by ``hybrid_gguf``: a trunk of 4 layers, the MTP blocks after it."""
+
+    def test_a_whole_mtp_file(self, tmp_path):
+        layers = ggufinfo.mtp_layers(write_tiny_qwen35(tmp_path / "m.gguf", mtp=True))
+        assert (layers.arch, layers.declared, layers.missing, layers.usable, layers.problem) == (
+            "qwen35",
+            1,
+            (),
+            True,
+            None,
+        )
+        assert ggufinfo.nextn_layers(layers.path) == 1
+
+    def test_the_key_without_the_tensors(self, tmp_path):
+        layers = ggufinfo.mtp_layers(write_tiny_qwen35(tmp_path / "m.gguf", mtp=True, mtp_tensors=False))
+        assert layers.declared == 1 and not layers.usable
+        # the four every MTP architecture requires of block n_layer - nextn_predict_layers = 4
+        assert layers.missing == (
+            "blk.4.attn_norm.weight",
+            "blk.4.nextn.eh_proj.weight",
+            "blk.4.nextn.enorm.weight",
+            "blk.4.nextn.hnorm.weight",
+        )
+        assert layers.problem is not None and "lacks its tensors (blk.4.attn_norm.weight, " in layers.problem
+        assert ggufinfo.nextn_layers(layers.path) == 0  # so automatic MTP is not chosen
+
+    def test_every_declared_block_is_checked(self, tmp_path):
+        path = write_tiny_qwen35(tmp_path / "m.gguf", mtp=2)
+        assert ggufinfo.mtp_layers(path).usable and ggufinfo.nextn_layers(path) == 2
+
+    def test_nothing_declared(self, tmp_path):
+        layers = ggufinfo.mtp_layers(write_tiny_qwen35(tmp_path / "m.gguf"))
+        assert (layers.declared, layers.usable, layers.problem) == (0, False, None)
+
+    def test_a_file_that_cannot_be_read(self, tmp_path):
+        path = tmp_path / "m.gguf"
+        path.write_bytes(b"not a model")
+        with pytest.raises(ggufinfo.GgufError, match="not a GGUF file"):
+            ggufinfo.mtp_layers(path)
+        assert ggufinfo.nextn_layers(path) == 0
 
 
 @pytest.mark.slow

@@ -4,14 +4,20 @@ the target often but not always (``hybrid_gguf``), so steps accept some drafts a
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.sampling import SamplingParams, process
-from localspec.llama.backend import LlamaModel, ModelLoadError
-from localspec.llama.mtp import MtpModel
+from localspec.llama.backend import BackendError, LlamaModel, ModelLoadError, llama_errors
+from localspec.llama.mtp import MtpModel, add_entry, heads_note
 from tests.support.forced import GREEDY, beside_target_alone, generate
 from tests.support.hybrid_gguf import write_tiny_qwen35
 
@@ -24,6 +30,9 @@ def files(tmp_path_factory):
     return {
         "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=0.2),
         "plain": write_tiny_qwen35(d / "plain.gguf", seed=1),
+        # the key without the block's tensors: what a conversion that dropped them writes
+        "no_block": write_tiny_qwen35(d / "no-block.gguf", seed=1, mtp=True, mtp_tensors=False),
+        "two_heads": write_tiny_qwen35(d / "two-heads.gguf", seed=1, mtp=2, residual=0.2),
     }
 
 
@@ -83,6 +92,123 @@ class TestGreedy:
         mtp.truncate(0)
         _, again = generate(target, ModelDrafter(mtp, target.n_vocab), 3, prompt)
         assert [s.drafted for s in first] == [s.drafted for s in again]
+
+
+class TestMissingStates:
+    def test_positions_the_target_evaluated_before_the_mtp_layer_draft_from_zeros_and_say_so(self, files, caplog):
+        """The target's states are kept from the MTP layer's load on: positions evaluated
+        before have none. Their passes read zeros (the drafts are guesses, the reply is still
+        the target's), and the count and a warning say so."""
+        target = LlamaModel.load(files["mtp"], n_ctx=1024, threads=1, snapshots=4, mtp=True)
+        prompt = target.tokenize(TEXT)
+        expected, _ = generate(target, NoDrafter(), 0, prompt)
+        mtp = MtpModel(target)  # the target's cache holds the prompt and a reply, no states
+        try:
+            with caplog.at_level(logging.WARNING, logger="localspec.llama.mtp"):
+                got, _ = generate(target, ModelDrafter(mtp, target.n_vocab), 3, prompt)
+            assert got == expected
+            assert mtp.zero_states > 0
+            assert [r.getMessage() for r in caplog.records] == [
+                "mtp.gguf (MTP): no hidden state of the target at position 0 (evaluated before the "
+                "MTP layer was loaded?): drafting from zeros there"
+            ]  # once, however many passes
+        finally:
+            mtp.close()
+            target.close()
+
+    def test_a_fresh_pair_never_drafts_from_zeros(self, pair):
+        target, mtp = pair
+        generate(target, ModelDrafter(mtp, target.n_vocab), 4, target.tokenize(TEXT))
+        assert mtp.zero_states == 0
+
+
+class TestBatchChecks:
+    def test_a_token_llama_cpp_refuses_is_an_error_that_says_why(self, pair):
+        target, mtp = pair
+        h = np.zeros(mtp.n_embd, dtype=np.float32)
+        with pytest.raises(BackendError, match=f"refused token {target.n_vocab} at position 0: the token is invalid"):
+            add_entry(mtp.name, mtp._batch, target.n_vocab, 0, h, mtp._pos, output=True)
+
+
+class TestSeveralHeads:
+    """llama.cpp's qwen35 MTP graph takes one block (GGML_ASSERT: the process aborts on two);
+    step35, mimo2 and hy_v3 take any of several, and localspec drafts with the first."""
+
+    def test_a_qwen35_file_with_two_mtp_layers_is_refused_not_aborted(self, files):
+        # in a child process: were the check gone, llama.cpp's abort would end this run
+        code = textwrap.dedent(f"""
+            from localspec.llama.backend import LlamaModel, ModelLoadError
+            from localspec.llama.mtp import MtpModel
+            target = LlamaModel.load({str(files["two_heads"])!r}, n_ctx=256, threads=1, mtp=True)
+            try:
+                MtpModel(target)
+            except ModelLoadError as e:
+                print(e)
+        """)
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "has 2 MTP layers; llama.cpp's qwen35 MTP drafts with exactly one" in run.stdout
+
+    @pytest.mark.parametrize(
+        "arch, heads, says",
+        [
+            ("qwen35", 1, None),
+            ("step35", 1, None),
+            ("step35", 3, "m.gguf has 3 MTP layers (heads); localspec drafts every position with the first"),
+            ("mimo2", 2, "m.gguf has 2 MTP layers (heads); localspec drafts every position with the first"),
+        ],
+    )
+    def test_several_heads_draft_with_the_first_and_say_so(self, arch, heads, says):
+        note = heads_note("m.gguf", arch, heads)
+        assert (note if note is None else note.split(", where")[0]) == says
+
+    @pytest.mark.parametrize("arch", ["qwen35", "qwen35moe", "glm4moe", "deepseek2"])
+    def test_several_heads_where_llama_cpp_takes_one_are_refused(self, arch):
+        with pytest.raises(ModelLoadError, match=f"has 2 MTP layers; llama.cpp's {arch} MTP drafts with exactly one"):
+            heads_note("m.gguf", arch, 2)
+
+
+class TestFilesWithoutTheirMtpTensors:
+    """A qwen35 file that declares an MTP layer (``nextn_predict_layers``) without its tensors:
+    llama.cpp refuses it, with MTP on or off, naming the first tensor it missed."""
+
+    @pytest.mark.parametrize("mtp", [False, True])
+    def test_the_load_names_the_missing_tensor(self, files, mtp):
+        with pytest.raises(ModelLoadError) as e:
+            LlamaModel.load(files["no_block"], n_ctx=256, threads=1, mtp=mtp)
+        message = str(e.value)
+        # llama.cpp's own reason, then which MTP tensors the file lacks and what to do
+        assert "could not load this file (error loading model: check_tensor_dims: " in message
+        assert "tensor 'blk.4.attn_norm.weight' not found)" in message
+        assert "declares 1 MTP layer (qwen35.nextn_predict_layers = 1) but lacks its tensors (" in message
+
+    @pytest.mark.parametrize("flags", [["--no-draft"], []])
+    def test_the_cli_says_why_with_or_without_drafting(self, files, capsys, flags):
+        from localspec.cli import main
+
+        with pytest.raises(SystemExit) as e:
+            main(["run", "--target", str(files["no_block"]), *flags, "--threads", "1", "--ctx", "256", "hi"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "tensor 'blk.4.attn_norm.weight' not found" in err
+        assert "MTP" in err and "not a GGUF it supports" not in err
+
+    def test_a_load_on_a_worker_thread_keeps_its_reason_to_itself(self, files):
+        """llama.cpp logs on the thread that calls it: a load in a worker thread (as the app
+        loads) gets its own reason, and another thread's capture gets nothing of it."""
+        with llama_errors() as here, ThreadPoolExecutor(1) as pool:
+            error = pool.submit(LlamaModel.load, files["no_block"], n_ctx=256, threads=1).exception()
+        assert isinstance(error, ModelLoadError) and "blk.4.attn_norm.weight' not found" in str(error)
+        assert here == []
+
+    def test_llama_cpps_log_is_printed_only_when_verbose(self, files, capfd):
+        for verbose in (False, True):
+            with pytest.raises(ModelLoadError):
+                LlamaModel.load(files["no_block"], n_ctx=256, threads=1, verbose=verbose)
+            err = capfd.readouterr().err
+            assert ("llama_model_loader: loaded meta data" in err) == verbose
+            assert ("check_tensor_dims: tensor 'blk.4.attn_norm.weight' not found" in err) == verbose
+        LlamaModel.load(files["plain"], n_ctx=256, threads=1, verbose=False).close()  # (quiet again)
 
 
 class TestSampling:

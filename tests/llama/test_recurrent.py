@@ -8,11 +8,14 @@ evaluation after the prompt's re-reads the conversation."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.drafters import ModelDrafter, NoDrafter
+from localspec.llama import recurrent
 from localspec.llama.backend import LlamaModel
 from localspec.llama.recurrent import Checkpoint, Rollback
 from tests.support.forced import GREEDY, generate
@@ -166,6 +169,39 @@ class TestSession:
         assert len(both.prompt_tokens(turn2)) > 7
         assert max(n for _, n in rec.calls) <= 7
         assert both.target._rollback.prefills == 0 and both.draft._rollback.prefills == 0
+
+
+class TestRefusedStates:
+    """Where llama.cpp will not copy a checkpoint out, or put one back: each rollback that
+    needed it evaluates the kept tokens again (the reply is still the target's), and the model
+    counts it and logs the first as a warning."""
+
+    @pytest.mark.parametrize(
+        "call, count, says",
+        [
+            ("llama_state_seq_get_data_ext", "failed_saves", "llama.cpp could not copy out the recurrent state after "),
+            ("llama_state_seq_set_data_ext", "failed_restores", "llama.cpp refused the recurrent state saved after "),
+        ],
+    )
+    def test_it_is_counted_logged_and_prefilled(self, target, draft, monkeypatch, caplog, call, count, says):
+        prompt = target.tokenize(TEXT)
+        expected, _ = generate(target, NoDrafter(), 0, prompt)
+        target.truncate(0)
+        monkeypatch.setattr(recurrent.L, call, lambda *args: 0)  # llama.cpp's "0 bytes"
+        with caplog.at_level(logging.WARNING, logger="localspec.llama.recurrent"):
+            got, _ = generate(target, ModelDrafter(draft, target.n_vocab), SNAPSHOTS + 3, prompt)
+        assert got == expected
+        for model in (target, draft):
+            assert model.rollback is not None
+            assert getattr(model.rollback, count) > 1 and model.rollback.prefills > 0
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 2 and all(w.startswith(says) for w in warnings)  # the first of each model's
+
+    def test_none_in_a_normal_run(self, target, draft):
+        generate(target, ModelDrafter(draft, target.n_vocab), SNAPSHOTS + 3, target.tokenize(TEXT))
+        for model in (target, draft):
+            assert model.rollback is not None
+            assert (model.rollback.failed_saves, model.rollback.failed_restores) == (0, 0)
 
 
 class TestRollbackPlan:

@@ -58,7 +58,8 @@ def write_tiny_qwen35(
     seed: int = 0,
     *,
     shape: HybridShape = TINY,
-    mtp: bool = False,
+    mtp: int = 0,
+    mtp_tensors: bool = True,
     n_ctx: int = 2048,
     noise_of: int | None = None,
     noise: float = 0.0,
@@ -69,7 +70,9 @@ def write_tiny_qwen35(
     """Write the model; with ``noise_of=S`` the weights are seed S's plus ``noise`` x N(0,1)
     (a draft that agrees with that target often but not always).
 
-    ``mtp`` appends one next-token-prediction block (``nextn``) after the trunk. Random weights
+    ``mtp`` appends that many next-token-prediction blocks (``nextn``; True: one) after the
+    trunk; ``mtp_tensors=False`` declares them without writing their tensors, as a conversion
+    that dropped them (llama.cpp then refuses the file, naming the first). Random weights
     would make it agree with the target by chance only (1 in ~300), so it is built to agree
     often: its input projection passes the next token's embedding through, so it predicts what
     that embedding alone predicts, and ``residual`` < 1 scales down what the trunk's layers add
@@ -86,7 +89,7 @@ def write_tiny_qwen35(
     add_spm_vocab(w, tokens, scores, types)
     if chat_template:
         w.add_chat_template(chat_template)
-    for name, np_shape, scale in tensor_specs(s, len(tokens), mtp, residual):
+    for name, np_shape, scale in tensor_specs(s, len(tokens), mtp if mtp_tensors else 0, residual):
         data = _weights(seed, name, np_shape, scale)
         if name.endswith("nextn.eh_proj.weight"):  # [embedding ; hidden] -> the embedding
             data[:, : s.n_embd] += np.eye(s.n_embd, dtype=np.float32)
@@ -102,11 +105,12 @@ def write_tiny_qwen35(
     return path
 
 
-def add_qwen35_metadata(w, s: HybridShape, mtp: bool, n_ctx: int) -> None:
-    """The architecture's keys (``qwen35.*``): sizes, the IMROPE sections, the delta-net's."""
+def add_qwen35_metadata(w, s: HybridShape, mtp: int, n_ctx: int) -> None:
+    """The architecture's keys (``qwen35.*``): sizes, the IMROPE sections, the delta-net's;
+    ``mtp`` next-token-prediction blocks after the trunk."""
     w.add_context_length(n_ctx)
     w.add_embedding_length(s.n_embd)
-    w.add_block_count(s.n_layer + (1 if mtp else 0))
+    w.add_block_count(s.n_layer + int(mtp))
     w.add_feed_forward_length(s.n_ff)
     w.add_head_count(s.n_head)
     w.add_head_count_kv(s.n_head_kv)
@@ -123,11 +127,11 @@ def add_qwen35_metadata(w, s: HybridShape, mtp: bool, n_ctx: int) -> None:
     w.add_ssm_group_count(s.n_group)
     w.add_full_attention_interval(s.full_every)
     if mtp:
-        w.add_nextn_predict_layers(1)
+        w.add_nextn_predict_layers(int(mtp))
 
 
 def tensor_specs(
-    s: HybridShape, n_vocab: int, mtp: bool, residual: float = 1.0, tied: bool = False
+    s: HybridShape, n_vocab: int, mtp: int, residual: float = 1.0, tied: bool = False
 ) -> Iterator[tuple[str, tuple[int, ...], float | None]]:
     """(name, numpy shape, scale) of every tensor; scale None: a norm (ones); scales keep
     activations O(1) and give logits a spread of a few units, so greedy ties are unlikely.
@@ -140,8 +144,7 @@ def tensor_specs(
     for il in range(s.n_layer):
         yield from _scaled(_common(il, s), residual)
         yield from _scaled(_delta_net(il, s) if s.is_recurrent(il) else _attention(il, s), residual)
-    if mtp:
-        il = s.n_layer
+    for il in range(s.n_layer, s.n_layer + int(mtp)):  # the MTP blocks
         yield from _scaled(_common(il, s), 0.1)
         yield from _scaled(_attention(il, s), 0.1)
         yield f"blk.{il}.nextn.eh_proj.weight", (e, 2 * e), 0.1 / np.sqrt(2 * e)
