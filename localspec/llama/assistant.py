@@ -36,7 +36,8 @@ import numpy as np
 from llama_cpp import llama_cpp_ext as X
 
 from ..core.protocol import CachedModel
-from .backend import BackendError, LlamaModel, ModelLoadError, llama_errors, llama_reason, load_model
+from .backend import BackendError, LlamaModel, ModelLoadError, load_model
+from .log import llama_errors, llama_reason
 from .mtp import TargetVocab, add_entry, draft_context_params
 
 log = logging.getLogger(__name__)

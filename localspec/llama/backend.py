@@ -1,4 +1,4 @@
-"""llama.cpp through llama-cpp-python's low-level API: the only module that imports llama_cpp.
+"""A GGUF model in llama.cpp, through llama-cpp-python's low-level API.
 
 Why low level: one ``llama_decode`` per verify with logits requested only on the rows the
 verify needs (``batch.logits[i] = 1``), read as numpy views of llama.cpp's own buffer. The
@@ -11,10 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import re
-import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,13 @@ from ..core.options import MAX_DRAFT, clamp_threads
 from ..core.protocol import CachedModel, ContextFull
 from . import ggufinfo
 from .compat import VocabInfo
-from .offload import DEVICE_TYPES, Device
+
+# callers outside llama/ reach these as backend.*: re-exported
+from .devices import backend_devices as backend_devices
+from .devices import build_info as build_info
+from .devices import device_report as device_report
+from .devices import supports_gpu_offload
+from .log import init_backend, llama_errors, llama_reason
 from .picking import GreedyPicker, logits_on_gpu
 from .recurrent import Rollback
 
@@ -48,7 +51,6 @@ MAX_LOGIT_ROWS = MAX_DRAFT + 1
 # the n_ctx it is *asked* for; asking for at least this much keeps n_batch >= 256, above any
 # verify (options.MAX_DRAFT + 1 rows), while our own n_ctx stays the one the caller asked for
 MIN_LLAMA_CTX = 256
-_backend_ready = False
 
 
 class ModelLoadError(Exception):
@@ -62,180 +64,6 @@ class BackendError(RuntimeError):
 
 class ChatTemplateError(ValueError):
     """The model's own chat template failed to render the conversation."""
-
-
-def supports_gpu_offload() -> bool:
-    return bool(L.llama_supports_gpu_offload())
-
-
-# ggml's device API (ggml-backend.h), which llama-cpp-python does not bind: argument and
-# result types for ctypes. ggml_backend_dev_t is an opaque pointer.
-_GGML_SIGNATURES = {
-    "ggml_backend_dev_count": ([], ctypes.c_size_t),
-    "ggml_backend_dev_get": ([ctypes.c_size_t], ctypes.c_void_p),
-    "ggml_backend_dev_name": ([ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_description": ([ctypes.c_void_p], ctypes.c_char_p),
-    "ggml_backend_dev_memory": (
-        [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)],
-        None,
-    ),
-    "ggml_backend_dev_type": ([ctypes.c_void_p], ctypes.c_int),
-}
-_GGML_NAMES = ("libggml.so", "libggml.dylib", "ggml.dll", "libggml.dll")
-
-
-def backend_devices() -> list[Device]:
-    """ggml's backend devices (CPU, CUDA0, Metal, ...) with free and total memory as llama.cpp
-    sees them; [] where the ggml library or its device API cannot be reached."""
-    return device_report()[0]
-
-
-def device_report() -> tuple[list[Device], str | None]:
-    """(devices, why the list is empty or incomplete, else None). Never raises."""
-    try:
-        _init_backend(_verbose)
-        ggml, why = _ggml_device_api()
-        if ggml is None:
-            return [], why
-        handles = [ggml.ggml_backend_dev_get(i) for i in range(ggml.ggml_backend_dev_count())]
-        return [_device(ggml, h) for h in handles if h], None  # NULL: never dereference it
-    except (OSError, AttributeError, ValueError) as e:  # ctypes' failures
-        return [], f"reading ggml's devices failed: {e}"
-
-
-def _ggml_device_api():
-    """(the ggml library with its device functions typed, None) or (None, why)."""
-    lib_dir = Path(getattr(L.llama_cpp, "_base_path", Path(L.__file__).parent / "lib"))
-    found = [lib_dir / n for n in _GGML_NAMES if (lib_dir / n).exists()]
-    candidates: list[Callable[[], ctypes.CDLL]] = [functools.partial(ctypes.CDLL, str(p)) for p in found]
-    # libllama links libggml: a symbol lookup on its handle searches ggml too (static builds)
-    candidates.append(lambda: L.llama_cpp._lib)
-    problems = [] if found else [f"no ggml library in {lib_dir}"]
-    for load in candidates:
-        try:
-            lib = load()
-            for fn, (args, res) in _GGML_SIGNATURES.items():
-                f = getattr(lib, fn)
-                f.argtypes, f.restype = args, res
-            return lib, None
-        except (OSError, AttributeError) as e:
-            problems.append(str(e))
-    return None, "ggml's device API is not reachable: " + "; ".join(problems)
-
-
-def _device(ggml, dev) -> Device:
-    free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-    ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-    kind = int(ggml.ggml_backend_dev_type(dev))
-    return Device(
-        name=(ggml.ggml_backend_dev_name(dev) or b"").decode("utf-8", "replace"),
-        description=(ggml.ggml_backend_dev_description(dev) or b"").decode("utf-8", "replace"),
-        type=DEVICE_TYPES[kind] if 0 <= kind < len(DEVICE_TYPES) else f"type {kind}",
-        free_bytes=int(free.value),
-        total_bytes=int(total.value),
-    )
-
-
-def build_info() -> dict:
-    """What this llama.cpp build is: version, GPU offload, CPU features, device limit.
-    A field that cannot be read is None, with the reason under ``errors``."""
-    info: dict = {"llama_cpp_python": getattr(L, "__version__", None), "errors": {}}
-    fields = {
-        "gpu_offload": supports_gpu_offload,
-        "system_info": lambda: L.llama_print_system_info().decode("utf-8", "replace").strip(),
-        "max_devices": lambda: int(L.llama_max_devices()),
-    }
-    for key, read in fields.items():
-        try:
-            info[key] = read()
-        except (AttributeError, OSError, ValueError) as e:
-            info[key] = None
-            info["errors"][key] = str(e)
-    return info
-
-
-# ggml's log levels (ggml.h, enum ggml_log_level). llama-cpp-python's _logger.py lists an older
-# numbering, in which 3 was the error level; here 3 is a warning.
-_LOG_ERROR = 4
-_LOG_CONT = 5  # a continuation of the previous line, at that line's level
-_MAX_ERROR_LINES = 16  # a damaged file can make llama.cpp log an error per tensor
-_verbose = False
-
-
-class _ThisThread(threading.local):
-    """What llama.cpp logged on this thread: it calls the log callback on the thread that
-    called into it, so a load on a worker thread keeps its own lines."""
-
-    errors: list[str] | None = None  # the error-level lines, while ``llama_errors`` is on
-    level = 0  # the level of the last line, which a continuation line takes
-
-
-_this_thread = _ThisThread()
-
-
-@L.llama_log_callback
-def _log(level: int, text: bytes, user_data) -> None:
-    """llama.cpp logs to stderr by default; we print its lines only with verbose on, and keep
-    its error-level ones for the message of the call that failed (``llama_errors``)."""
-    try:
-        line = (text or b"").decode("utf-8", "replace")
-        here = _this_thread
-        if level != _LOG_CONT:
-            here.level = level
-        errors = here.errors
-        if here.level == _LOG_ERROR and errors is not None:
-            if level == _LOG_CONT and errors:
-                errors[-1] += line
-            elif len(errors) < _MAX_ERROR_LINES:
-                errors.append(line)
-        if _verbose:
-            print(line, end="", file=sys.stderr)
-    except Exception:  # nothing may raise into C (at shutdown this module's globals may be gone)
-        pass
-
-
-# llama.cpp keeps a bare pointer to the callback: one more reference that is never dropped
-# keeps the ctypes thunk alive even while the interpreter shuts down, when models left open
-# are freed (and llama.cpp logs) after this module's globals are gone
-ctypes.pythonapi.Py_IncRef(ctypes.py_object(_log))
-
-
-@contextlib.contextmanager
-def llama_errors() -> Iterator[list[str]]:
-    """The error-level lines llama.cpp logs on this thread inside the block, for a message
-    that gives llama.cpp's own reason. Blocks nest: an outer one gets the inner one's lines."""
-    here = _this_thread
-    lines: list[str] = []
-    outer, here.errors = here.errors, lines
-    try:
-        yield lines
-    finally:
-        here.errors = outer
-        if outer is not None:
-            outer.extend(lines[: _MAX_ERROR_LINES - len(outer)])
-
-
-# what llama.cpp logs after a specific reason, which says nothing more
-_GENERIC = {"failed to load model"}
-_FUNCTION_PREFIX = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]*: ")
-
-
-def llama_reason(lines: Sequence[str], fallback: str) -> str:
-    """llama.cpp's own reason from its error lines ("error loading model: check_tensor_dims:
-    tensor 'blk.4.attn_norm.weight' not found"), each once, without the function name it starts
-    with or the generic lines that follow a specific one; ``fallback`` when it logged none."""
-    said = list(dict.fromkeys(_FUNCTION_PREFIX.sub("", s.strip(), count=1) for s in lines if s.strip()))
-    specific = [s for s in said if s not in _GENERIC]
-    return "; ".join(specific or said) or fallback
-
-
-def _init_backend(verbose: bool) -> None:
-    global _backend_ready, _verbose
-    _verbose = verbose
-    L.llama_log_set(_log, ctypes.c_void_p(0))
-    if not _backend_ready:
-        L.llama_backend_init()
-        _backend_ready = True
 
 
 def _chunks(n: int, n_logits: int, n_batch: int = N_BATCH) -> list[tuple[int, int]]:
@@ -298,7 +126,7 @@ class LlamaModel(CachedModel):
             raise ModelLoadError(f"{path}: {why}")
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be at least 1 (got {n_ctx})")
-        _init_backend(verbose)
+        init_backend(verbose)
         model = load_model(path, gpu_layers, mtp)
         if L.llama_vocab_type(L.llama_model_get_vocab(model)) == L.LLAMA_VOCAB_TYPE_NONE:
             L.llama_model_free(model)  # tokenizing would abort in llama.cpp
@@ -660,7 +488,7 @@ def quantize(src: Path, dst: Path, ftype: str = "Q4_K_M", threads: int | None = 
     made here has the same per-tensor types (Q4_K, Q6_K, fallbacks) as a published one."""
     if ftype.upper() not in _QUANT_FTYPES:
         raise ValueError(f"unknown quantization {ftype!r}; known: {', '.join(_QUANT_FTYPES)}")
-    _init_backend(False)
+    init_backend(False)
     params = L.llama_model_quantize_default_params()
     params.ftype = _QUANT_FTYPES[ftype.upper()]
     params.nthread = threads or 0  # 0: llama.cpp uses every hardware thread

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.options import MAX_DRAFT as MAX_SNAPSHOTS  # (the longest draft a verify drops)
 from .compat import VocabInfo
+from .mtplayers import MtpLayers
 from .offload import ModelLayout
 
 T = gguf.GGUFValueType
@@ -459,44 +460,6 @@ def nextn_layers(path: Path | str) -> int:
     return layers.declared if layers.usable else 0
 
 
-# The tensors llama.cpp requires of every MTP block, in every architecture that has them
-# (qwen35, qwen35moe, qwen3next, glm4-moe, deepseek2, step35, mimo2, ...: ``load_arch_tensors``
-# in src/models/, created without TENSOR_NOT_REQUIRED); the blocks are the last
-# ``nextn_predict_layers`` of ``block_count``. (llama.cpp's own test for an MTP file,
-# common/speculative.cpp, looks for ``nextn.eh_proj`` of the last block.)
-MTP_BLOCK_TENSORS = ("attn_norm.weight", "nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight")
-
-
-@dataclass(frozen=True)
-class MtpLayers:
-    """A file's next-token-prediction (MTP) layers: how many its metadata declares, and the
-    tensors llama.cpp requires of them that the file lacks."""
-
-    path: Path
-    arch: str
-    declared: int  # <arch>.nextn_predict_layers
-    missing: tuple[str, ...] = ()  # "blk.4.attn_norm.weight", ... block by block
-
-    @property
-    def usable(self) -> bool:
-        """Whether an MTP draft can run: layers declared and every required tensor there."""
-        return self.declared > 0 and not self.missing
-
-    @property
-    def problem(self) -> str | None:
-        """Why the declared layers cannot be used (naming the missing tensors), or None."""
-        if not self.missing:
-            return None
-        n, missing = self.declared, self.missing
-        shown = ", ".join(missing) if len(missing) <= 4 else ", ".join(missing[:3]) + f" and {len(missing) - 3} more"
-        layers = "1 MTP layer" if n == 1 else f"{n} MTP layers"
-        return (
-            f"{self.path.name} declares {layers} ({self.arch}.nextn_predict_layers = {n}) but lacks "
-            f"{'its' if n == 1 else 'their'} tensors ({shown}): it was converted without them. Use a GGUF "
-            "of this model without MTP layers, or one with them whole (often a repo named *-MTP-GGUF)"
-        )
-
-
 def mtp_layers(path: Path | str) -> MtpLayers:
     """What ``path`` says about its MTP layers and whether their tensors are in it (every part
     of a split model is read), or GgufError for a file that cannot be read. A header read: no
@@ -504,11 +467,9 @@ def mtp_layers(path: Path | str) -> MtpLayers:
     path = Path(path)
     meta, sizes = _tensor_sizes(path)
     arch = _text(meta.get("general.architecture", b""))
-    declared = nextn_layers_of(meta, arch)
     n_layer = meta.get(f"{arch}.block_count", 0)
     n_layer = int(n_layer) if _is_int(n_layer) else 0
-    wanted = [f"blk.{il}.{t}" for il in range(max(n_layer - declared, 0), n_layer) for t in MTP_BLOCK_TENSORS]
-    return MtpLayers(path, arch, declared, tuple(name for name in wanted if name not in sizes))
+    return MtpLayers.check(path, arch, nextn_layers_of(meta, arch), n_layer, sizes)
 
 
 def nextn_layers_of(meta: dict, arch: str) -> int:

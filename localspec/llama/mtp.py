@@ -38,7 +38,8 @@ from llama_cpp import llama_cpp_ext as X
 
 from ..core.protocol import CachedModel, ContextFull
 from . import ggufinfo
-from .backend import N_BATCH, BackendError, LlamaModel, ModelLoadError, llama_errors, llama_reason
+from .backend import N_BATCH, BackendError, LlamaModel, ModelLoadError
+from .log import llama_errors, llama_reason
 
 log = logging.getLogger(__name__)
 

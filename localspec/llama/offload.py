@@ -1,6 +1,6 @@
 """Which layers of the target and of the draft go to the GPU: a plan made from the files'
 layer sizes and the GPU's free memory. Pure: the facts come in from ``ggufinfo`` (layer sizes)
-and ``llama.backend`` (devices); nothing here imports llama_cpp.
+and ``llama.devices`` (devices); nothing here imports llama_cpp.
 
 llama.cpp's ``n_gpu_layers`` (src/llama-model.cpp, ``load_tensors``) counts n_layer + 1
 layers: the repeating blocks ``blk.0`` .. ``blk.{n_layer-1}`` and the output layer (output norm

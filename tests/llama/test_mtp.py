@@ -16,7 +16,8 @@ import pytest
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.sampling import SamplingParams, process
-from localspec.llama.backend import BackendError, LlamaModel, ModelLoadError, llama_errors
+from localspec.llama.backend import BackendError, LlamaModel, ModelLoadError
+from localspec.llama.log import llama_errors
 from localspec.llama.mtp import MtpModel, add_entry, heads_note
 from tests.support.forced import GREEDY, beside_target_alone, generate
 from tests.support.hybrid_gguf import write_tiny_qwen35

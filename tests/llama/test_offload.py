@@ -198,16 +198,16 @@ class TestDevices:
         assert info["llama_cpp_python"] and info["max_devices"] >= 1 and info["system_info"]
 
     def test_backend_says_why_when_ggml_is_unreachable(self, monkeypatch, tmp_path):
-        from localspec.llama import backend as llama_backend
+        from localspec.llama import devices as llama_devices
 
         class NoSymbols:  # a library without ggml's device API
             pass
 
-        monkeypatch.setattr(llama_backend, "_GGML_NAMES", ())
-        monkeypatch.setattr(llama_backend.L.llama_cpp, "_lib", NoSymbols())
-        devices, why = llama_backend.device_report()
+        monkeypatch.setattr(llama_devices, "_GGML_NAMES", ())
+        monkeypatch.setattr(llama_devices.L.llama_cpp, "_lib", NoSymbols())
+        devices, why = llama_devices.device_report()
         assert devices == [] and "device API is not reachable" in why
-        assert llama_backend.backend_devices() == []
+        assert llama_devices.backend_devices() == []
 
 
 # --- layer sizes from real GGUF headers -------------------------------------------------------
