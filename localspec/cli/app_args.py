@@ -23,6 +23,7 @@ def app_spec(args: argparse.Namespace):
     """The pair given on the command line, or None (the app then opens the default or the menu)."""
     from ..chat.session import PairSpec
     from ..llama import ggufinfo
+    from ..models.catalog import target_mtp
 
     if getattr(args, "draft", None) and not getattr(args, "target", None):
         raise SystemExit("localspec: --draft needs --target")
@@ -37,7 +38,7 @@ def app_spec(args: argparse.Namespace):
         not_file = ggufinfo.not_a_file(p) if p is not None else None
         if not_file:
             raise SystemExit(f"localspec: {p}: {not_file}")
-    mtp = bool(getattr(args, "mtp", False)) or (not draft and not args.lookup and ggufinfo.nextn_layers(target) > 0)
+    mtp = bool(getattr(args, "mtp", False)) or (not draft and not args.lookup and target_mtp(target).present)
     return PairSpec(target, draft, bool(args.lookup), mtp=mtp)
 
 

@@ -105,9 +105,9 @@ def wants_mtp(args) -> bool:
         return True
     if args.draft or args.lookup or getattr(args, "no_draft", False) or args.target is None:
         return False
-    from ..llama.ggufinfo import nextn_layers
+    from ..models.catalog import target_mtp
 
-    return nextn_layers(args.target) > 0
+    return target_mtp(args.target).present
 
 
 def load_session(args, messages: list[dict] | None = None) -> Session:

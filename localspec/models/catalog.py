@@ -13,8 +13,10 @@ lock (``lockedfile``), and checks that the result reads back before it replaces 
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..llama import ggufinfo
 from ..llama.preflight import SUPPORTED_ARCHITECTURES
 from ..lockedfile import locked, write_atomic
 from ..settings import backup_file, config_dir
@@ -86,6 +89,51 @@ class Pair(BaseModel):
     def default_draft(self) -> ModelRef | None:
         """The default draft file; None when the default drafter is MTP (no file of its own)."""
         return None if self.default_is_mtp or not self.drafts else self.drafts[0]
+
+
+@dataclass(frozen=True)
+class TargetMtp:
+    """Whether a target drafts for itself with its own next-token-prediction (MTP) layers, and
+    what says so: its file on disk, and the catalog."""
+
+    # the MTP layers the file carries whole (declared, and their tensors there: ggufinfo.nextn_layers);
+    # None: no file on disk, or one that cannot be read
+    in_file: int | None
+    listed: bool  # the catalog's entry says the target has them (ModelRef.mtp)
+
+    @property
+    def present(self) -> bool:
+        """The file decides when it can be read: a user's own MTP file is found though the
+        catalog says nothing of it, and a plain copy under the MTP file's name is caught. A
+        file that cannot be read is left to its load to explain; the catalog's word stands."""
+        return self.in_file > 0 if self.in_file is not None else self.listed
+
+
+def target_mtp(path: Path | None, ref: ModelRef | None = None) -> TargetMtp:
+    """The MTP layers of the target whose file is at ``path`` (None: not on disk) and whose
+    catalog entry is ``ref`` (None: a file given on the command line). The one place that
+    decides it: the pair menu offers MTP when ``.present``, and ``localspec --target`` and
+    ``localspec run`` draft with it by default."""
+    return TargetMtp(_nextn_layers(Path(path)) if path is not None else None, ref.mtp if ref is not None else False)
+
+
+def _nextn_layers(path: Path) -> int | None:
+    """The file's MTP layers, None where it cannot be read; its header is read once per version
+    of the file (the pair menu asks at each highlight)."""
+    try:
+        return _nextn_of(path, path.stat().st_mtime_ns)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _nextn_of(path: Path, mtime_ns: int) -> int | None:
+    """``_nextn_layers`` of one version of the file (``mtime_ns`` keys the cache)."""
+    try:
+        ggufinfo.read_metadata(path)  # nextn_layers says 0 for a file it cannot read: here, the catalog decides
+    except (ggufinfo.GgufError, OSError, ValueError):
+        return None
+    return ggufinfo.nextn_layers(path)
 
 
 class _PairEntry(BaseModel):

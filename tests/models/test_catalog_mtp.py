@@ -141,3 +141,48 @@ class TestBuiltinPairs:
         catalog, _ = cat.load_catalog(Settings())
         older = [p for p in catalog.pairs if not p.mtp]
         assert older and all(p.default_draft == p.drafts[0] and not p.default_is_mtp for p in older)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A target file with MTP layers, one that declares them without their tensors, a plain one,
+    a file that is no GGUF, and a missing one."""
+    from tests.support.hybrid_gguf import write_tiny_qwen35
+
+    d = tmp_path_factory.mktemp("mtp")
+    junk = d / "junk.gguf"
+    junk.write_bytes(b"not a GGUF file")
+    return {
+        "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True),
+        "no tensors": write_tiny_qwen35(d / "no-tensors.gguf", seed=1, mtp=True, mtp_tensors=False),
+        "plain": write_tiny_qwen35(d / "plain.gguf", seed=1),
+        "junk": junk,
+        "missing": d / "missing.gguf",
+    }
+
+
+class TestTargetMtp:
+    """Whether a target drafts for itself (``target_mtp``): one answer for the pair menu,
+    ``localspec --target`` and ``localspec run``."""
+
+    def test_a_file_with_the_layers_has_them_whatever_the_catalog_says(self, files):
+        for listed in (None, ref(), ref(mtp=True)):  # a command line's file, a user's own, the catalog's
+            mtp = cat.target_mtp(files["mtp"], listed)
+            assert mtp.present and mtp.in_file and mtp.in_file > 0
+
+    def test_a_plain_copy_under_the_mtp_files_name_is_caught(self, files):
+        mtp = cat.target_mtp(files["plain"], ref(mtp=True))
+        assert not mtp.present and mtp.in_file == 0 and mtp.listed
+
+    def test_layers_declared_without_their_tensors_are_none_to_draft_with(self, files):
+        # a conversion that left them out: llama.cpp would refuse the MTP draft at load
+        mtp = cat.target_mtp(files["no tensors"], ref(mtp=True))
+        assert not mtp.present and mtp.in_file == 0
+
+    @pytest.mark.parametrize("on_disk", ["missing", "junk", None])
+    @pytest.mark.parametrize("listed", [True, False])
+    def test_without_a_file_to_read_the_catalog_decides(self, files, on_disk, listed):
+        # a file that cannot be read is its load's to explain
+        mtp = cat.target_mtp(files[on_disk] if on_disk else None, ref(mtp=listed))
+        assert mtp.in_file is None and mtp.present == listed
+        assert not cat.target_mtp(files[on_disk] if on_disk else None).present

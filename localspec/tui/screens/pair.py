@@ -4,11 +4,9 @@ offered and why, the draft length and p_min."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -20,13 +18,14 @@ from textual.widgets import Button, Footer, Input, Label, OptionList, Select, St
 from textual.widgets.option_list import Option
 
 from ...core import options
+from ...models.catalog import Catalog, ModelRef, Pair, target_mtp
 from ...units import human_bytes, memory_total
 
 
 @dataclass(frozen=True)
 class PairChoice:
     pair_id: str
-    draft: Any | None  # a catalog ModelRef, or None for MTP / prompt lookup / no draft
+    draft: ModelRef | None  # None for MTP / prompt lookup / no draft
     mode: str  # "draft" | "mtp" | "lookup" | "none"
     draft_max: int
     adaptive: bool
@@ -34,10 +33,10 @@ class PairChoice:
 
 
 MTP_LABEL = "MTP layers: built into the model, nothing to download"
-Locate = Callable[[Any], "Path | None"]
+Locate = Callable[[ModelRef], "Path | None"]
 
 
-def compatible_drafts(pair) -> list:
+def compatible_drafts(pair: Pair) -> list[ModelRef]:
     """The pair's drafts that can verify against its target: same tokenizer family.
 
     The catalog lists drafts per pair; a draft of another family (another vocabulary) would
@@ -46,27 +45,28 @@ def compatible_drafts(pair) -> list:
     return [d for d in pair.drafts if d.family == pair.target.family]
 
 
-def draft_options(pair, locate: Locate | None = None) -> list[tuple[str, str]]:
+def draft_options(pair: Pair, locate: Locate | None = None) -> list[tuple[str, str]]:
     """(label, value) for the draft selector: the drafters offered, then lookup and none."""
     return drafters(pair, locate)[0]
 
 
-def drafters(pair, locate: Locate | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+def drafters(pair: Pair, locate: Locate | None = None) -> tuple[list[tuple[str, str]], list[str]]:
     """(label, value) of each drafter offered for the pair's target, in the pair's order of
     preference, then prompt lookup and none; and a line for each one not offered, saying why
     (another vocabulary, a file that is missing with nowhere to download it from, no MTP
     layers). ``locate(ref)``: the file on disk, if any: what a present file holds is what counts."""
-    offered, why_not = [], []
+    offered: list[tuple[str, str]] = []
+    why_not: list[str] = []
     mtp, mtp_note = _mtp(pair, locate)
     for d in pair.drafts:
         if d.family != pair.target.family:
             why_not.append(f"{d.filename}: another vocabulary ({d.family}; the target is {pair.target.family})")
-        elif locate is not None and locate(d) is None and not getattr(d, "repo", ""):
+        elif locate is not None and locate(d) is None and not d.repo:
             why_not.append(f"{d.filename}: its file is missing and it has no hub repo to download it from")
         else:
             offered.append((f"{d.filename}  ({human_bytes(d.size_bytes)})", f"draft:{d.filename}"))
     if mtp:
-        at = 0 if getattr(pair, "default_is_mtp", False) or not offered else len(offered)
+        at = 0 if pair.default_is_mtp or not offered else len(offered)
         offered.insert(at, (MTP_LABEL, "mtp"))
     else:
         why_not.append(mtp_note)
@@ -74,42 +74,20 @@ def drafters(pair, locate: Locate | None = None) -> tuple[list[tuple[str, str]],
     return offered, why_not
 
 
-def _mtp(pair, locate: Locate | None) -> tuple[bool, str]:
-    """Whether the target drafts for itself, and if not why: the file on disk decides (a
-    user's own MTP file is found; a plain copy under the MTP file's name is caught), else
-    the catalog."""
+def _mtp(pair: Pair, locate: Locate | None) -> tuple[bool, str]:
+    """Whether the target drafts for itself (``catalog.target_mtp``), and if not why."""
     path = locate(pair.target) if locate is not None else None
-    n = _nextn_layers(Path(path)) if path is not None else None
-    if path is not None and n is not None:  # (a file that cannot be read: its load will say why)
-        if n > 0:
-            return True, ""
-        if getattr(pair.target, "mtp", False):
-            return False, (
-                f"MTP: {Path(path).name} on disk has no MTP layers (a copy of the plain file?); "
-                f"the MTP file is in {pair.target.repo}"
-            )
-        return False, f"MTP: {Path(path).name} has no MTP layers (nextn_predict_layers = 0)"
-    if getattr(pair.target, "mtp", False):
+    mtp = target_mtp(path, pair.target)
+    if mtp.present:
         return True, ""
-    return False, f"MTP: {pair.target.filename} has no MTP layers"
-
-
-def _nextn_layers(path: Path) -> int | None:
-    """The file's MTP layers, None where it cannot be read (read once per file version)."""
-    try:
-        return _nextn_of(path, path.stat().st_mtime_ns)
-    except OSError:
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def _nextn_of(path: Path, mtime_ns: int) -> int | None:
-    from ...llama import ggufinfo
-
-    try:
-        return ggufinfo.read_info(path).nextn_layers
-    except (ggufinfo.GgufError, OSError, ValueError):
-        return None
+    if path is None or mtp.in_file is None:  # no file to read (one that cannot be: its load says why)
+        return False, f"MTP: {pair.target.filename} has no MTP layers"
+    if mtp.listed:
+        return False, (
+            f"MTP: {path.name} on disk has no MTP layers (a copy of the plain file?); "
+            f"the MTP file is in {pair.target.repo}"
+        )
+    return False, f"MTP: {path.name} has no MTP layers whole (nextn_predict_layers = 0, or their tensors missing)"
 
 
 class PairScreen(ModalScreen[PairChoice | None]):
@@ -119,14 +97,14 @@ class PairScreen(ModalScreen[PairChoice | None]):
 
     def __init__(
         self,
-        catalog,
-        present: Callable[[Any], bool],
+        catalog: Catalog,
+        present: Callable[[ModelRef], bool],
         selected: str | None,
         draft_choice: str | None,
         draft_max: int,
         adaptive: bool,
         p_min: float,
-        expected: Callable[[Any], str | None] | None = None,
+        expected: Callable[[Pair], str | None] | None = None,
         locate: Locate | None = None,
     ) -> None:
         super().__init__(classes="dialog-screen")
@@ -139,7 +117,7 @@ class PairScreen(ModalScreen[PairChoice | None]):
         self.draft_max, self.adaptive, self.p_min = draft_max, adaptive, p_min
         self.ram = memory_total()
 
-    def _pair_label(self, pair) -> Text:
+    def _pair_label(self, pair: Pair) -> Text:
         refs = [pair.target] + ([pair.default_draft] if pair.default_draft else [])
         size = sum(r.size_bytes or 0 for r in refs)
         have = all(self.present(r) for r in refs)
@@ -194,11 +172,12 @@ class PairScreen(ModalScreen[PairChoice | None]):
         ol.focus()
 
     @property
-    def pair(self):
+    def pair(self) -> Pair | None:
         ol = self.query_one("#pair-list", OptionList)
         if ol.highlighted is None:
             return None
-        return self.catalog.get(ol.get_option_at_index(ol.highlighted).id)
+        pair_id = ol.get_option_at_index(ol.highlighted).id  # each option's id is its pair's
+        return self.catalog.get(pair_id) if pair_id is not None else None
 
     def _fill_drafts(self) -> None:
         pair = self.pair
