@@ -4,7 +4,7 @@
         --draft models/qwen2.5-coder-0.5b.gguf --out f16.json [--max-tokens 96] [--suite heldout]
     .venv/bin/python scripts/replay_policy.py replay f16.json --draft models/qwen2.5-coder-0.5b.gguf \\
         [--policies none,auto,fixed-k8-p0.75] [--noise 0.05 --seed 1] [--prompts a,b] [--trace PROMPT] \\
-        [--cold [--no-profile]] [--set controller.OPENING_STEPS=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27] \\
+        [--cold [--no-profile]] [--set opening_steps=0] [--shape 1.58,1.75,1.88 --draft-pass 0.27] \\
         [--burst 8,12,1.6]
     .venv/bin/python scripts/replay_policy.py runs f16.json [held.json ...] [--prompts 'code-*,edit-*'] [--skip ID]
     .venv/bin/python scripts/replay_policy.py tree f16.json [held.json ...] [--k 4] [--unsure 0.6] [--batched 0.1] \
@@ -60,10 +60,10 @@ from localspec.bench import measure, modes, suites
 from localspec.chat.session import CALIBRATION_SIZES, LoadOptions, PairSpec, Session
 from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
-from localspec.core.engine import SpeculativeEngine
 from localspec.core.estimates import prior_from
 from localspec.core.explain import explain
 from localspec.core.modes import ModeContext, ReplySpec, draft_model, target_alone
+from localspec.core.policy import Policy
 from localspec.core.protocol import CachedModel, common_prefix
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
@@ -245,22 +245,26 @@ def replay(args) -> None:
     prompts = select(rec["prompts"], args.prompts)  # exact ids, or patterns as for runs
     policies = args.policies.split(",")
     results: dict[str, dict[str, tuple[float, float, float]]] = {}
+    tunables = args.policy
     for policy in policies:
-        mode = build(policy, ModeContext(target, draft, costs_for(curve, t_draft, clock), draft_max=16))
+        mode = build(
+            policy, ModeContext(target, draft, costs_for(curve, t_draft, clock), draft_max=16, policy=tunables)
+        )
         counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
         for p in prompts:
             if args.cold:  # a fresh load for every reply, as `localspec run` starts
-                prior = None if args.no_profile or not counted[1] else prior_from(*counted)
-                ctx = ModeContext(target, draft, costs_for(curve, t_draft, clock), draft_max=16, prior=prior)
+                prior = None if args.no_profile or not counted[1] else prior_from(counted[0], counted[1], tunables)
+                costs = costs_for(curve, t_draft, clock)
+                ctx = ModeContext(target, draft, costs, draft_max=16, prior=prior, policy=tunables)
                 mode = build(policy, ctx)
             target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
             clock.evals = 0
-            engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(p["prompt"]))), mode.controller)
+            engine = mode.engine(target, ReplySpec(len(p["prompt"])))
             stats = RunStats()
             line = ""
             for step in engine.generate(list(p["prompt"]), SamplingParams(), args.max_tokens):
                 if args.trace == p["id"]:
-                    now = explain(mode.controller).line
+                    now = explain(mode.controller.state(), mode.controller.costs).line
                     print(f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}", end="")
                     print(f"  {now}" if now != line else "")
                     line = now
@@ -530,9 +534,9 @@ def main() -> None:
         "--set",
         action="append",
         default=[],
-        metavar="MODULE.NAME=VALUE",
-        help="a tuning constant of localspec.core changed for this replay, e.g. controller.OPENING_STEPS=0 "
-        "(what a mechanism is worth)",
+        metavar="NAME=VALUE",
+        help="a field of the drafting Policy (localspec/core/policy.py) changed for this replay, e.g. "
+        "opening_steps=0 (what a mechanism is worth); repeat for several",
     )
     acc = sub.add_parser("runs", help="accepted tokens of 4 drafted blindly, by the first one's confidence")
     acc.add_argument("recordings", nargs="+", help="recordings replayed at least once (their .memo beside them)")
@@ -557,8 +561,7 @@ def main() -> None:
     elif args.command == "tree":
         tree(args)
     else:
-        for assignment in args.set:
-            override(assignment)
+        args.policy = policy_from(args.set)
         replay(args)
 
 
@@ -580,16 +583,16 @@ def parse_burst(text: str) -> tuple[int, int, float]:
     return start, length, factor
 
 
-def override(assignment: str) -> None:
-    """``controller.OPENING_STEPS=0``: set a constant of a localspec.core module."""
-    import importlib
-
-    target, _, value = assignment.partition("=")
-    module_name, _, name = target.rpartition(".")
-    module = importlib.import_module(f"localspec.core.{module_name}")
-    if not hasattr(module, name):
-        raise SystemExit(f"localspec.core.{module_name} has no {name}")
-    setattr(module, name, type(getattr(module, name))(value))
+def policy_from(assignments: list[str]) -> Policy:
+    """The default Policy with each ``NAME=VALUE`` of ``--set`` applied; an unknown name stops
+    the replay with the list of known ones."""
+    policy = Policy()
+    for assignment in assignments:
+        try:
+            policy = policy.with_setting(assignment)
+        except ValueError as e:
+            raise SystemExit(f"--set {e}") from None
+    return policy
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from ..core.options import DraftOptions, ModelOptions, clamp_threads, usable_cpu
 from ..core.sampling import SamplingParams
 from ..llama.compat import Compatibility, check_compatible
 from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
-from ..models.profiles import MTP_KEY, ProfileStore, Use, machine_id, model_key
+from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, model_key
 
 Mode = Literal["draft", "mtp", "lookup", "none"]
 
@@ -94,6 +94,27 @@ def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
     )
 
 
+@dataclass(frozen=True)
+class ProfileKeys:
+    """Where a load's measurements are kept (``profiles.model_key``): the target's profile, and
+    the drafter's (a draft file's, or the target's MTP layers'; None when nothing drafts from a
+    model)."""
+
+    target: str
+    draft: str | None = None
+
+
+def profile_keys(spec: PairSpec, machine: str, threads: int | None, plan: OffloadPlan | None) -> ProfileKeys:
+    """The pair's profile keys with ``threads`` (None: the key an older version gave automatic
+    threads). Each stats its model file, so a session takes them once, at load."""
+    target = model_key(spec.target, machine, threads, plan.target_layers if plan else None)
+    if spec.mtp:
+        return ProfileKeys(target, MTP_KEY + target)
+    if spec.draft is None:
+        return ProfileKeys(target)
+    return ProfileKeys(target, model_key(spec.draft, machine, threads, plan.draft_layers if plan else None))
+
+
 # Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
 # interpolated, then measured when they could win (core.budget.Explorer). Sizes past 8 pay
 # only on a memory-bound target, where exploration finds them within a few dozen steps.
@@ -122,6 +143,10 @@ class Session:
         self.compat = compat
         self.offload = offload  # the GPU split the models were loaded with
         self.lock = threading.Lock()  # one generation at a time per pair of caches
+        # the files as loaded, named once: a file replaced, moved or deleted while the session
+        # runs (a re-download, a moved models folder) must not fail a reply the loaded model can give
+        self.profile_keys = profile_keys(spec, machine, self._threads, offload) if profiles is not None else None
+        self._draft_path = str(Path(spec.draft).resolve()) if spec.draft else None  # what its use is counted under
         self._adopt_old_keys()
         curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
         # what earlier loads of the pair measured here: a load that met the machine busy is outvoted
@@ -227,7 +252,7 @@ class Session:
         follow no timing, so a seeded sampled reply repeats (``modes.repeatable``)."""
         drafting = self.drafting(mode, draft_max, repeatable)
         reply = ReplySpec(prompt_len, self.options.p_min if p_min is None else p_min)
-        return SpeculativeEngine(self.target, drafting.new_drafter(reply), drafting.controller)
+        return drafting.engine(self.target, reply)
 
     def drafting(
         self, mode: Mode | str | None = None, draft_max: int | None = None, repeatable: bool = False
@@ -258,27 +283,28 @@ class Session:
             prior=self._prior(mode),
         )
 
-    def _prior(self, mode: str) -> tuple[float, float] | None:
+    def _prior(self, mode: str) -> float | None:
         """The acceptance prior of ``mode``: what this pair's profile counted here before."""
-        if self.profiles is None:
-            return None
-        profile = self.profiles.get(self._target_key())
+        profile = self._kept("target")
         use = profile.use.get(self._drafting_key(mode)) if profile else None
         return use.prior() if use else None
 
     def _verify_history(self) -> dict[int, list[float]]:
         """T(n) as earlier loads of this target measured it here (the profile's history)."""
-        if self.profiles is None:
-            return {}
-        profile = self.profiles.get(self._target_key())
+        profile = self._kept("target")
         return profile.verify_history if profile else {}
 
     def _draft_history(self) -> list[float]:
         """The draft passes earlier loads of this pair measured here (the profile's history)."""
-        if self.profiles is None or self.draft is None:
-            return []
-        profile = self.profiles.get(self._draft_key())
+        profile = self._kept("draft") if self.draft is not None else None
         return profile.draft_pass_history if profile else []
+
+    def _kept(self, model: Literal["target", "draft"]) -> Profile | None:
+        """The profile of the target or the drafter as kept so far; None when none is kept."""
+        if self.profiles is None or self.profile_keys is None:
+            return None
+        key = self.profile_keys.target if model == "target" else self.profile_keys.draft
+        return self.profiles.get(key) if key else None
 
     @property
     def _threads(self) -> int:
@@ -288,31 +314,16 @@ class Session:
     def _adopt_old_keys(self) -> None:
         """Profiles an older version kept under ``tNone`` (automatic threads, as the app loads)
         are this load's when it runs on every usable CPU: they move to the thread count's key."""
-        if self.profiles is None or self._threads != usable_cpus():
+        if self.profiles is None or self.profile_keys is None or self._threads != usable_cpus():
             return
-        keys = [(self._target_key(old=True), self._target_key())]
-        if self.spec.mtp or self.spec.draft is not None:
-            keys.append((self._draft_key(old=True), self._draft_key()))
+        old = profile_keys(self.spec, self.machine, None, self.offload)
+        keys = [(old.target, self.profile_keys.target), (old.draft, self.profile_keys.draft)]
         try:
-            for old, key in keys:
-                self.profiles.adopt(old, key)
+            for before, key in keys:
+                if before and key:
+                    self.profiles.adopt(before, key)
         except OSError:
             pass  # a profile is a convenience: a read-only data dir must not stop a chat
-
-    def _draft_key(self, old: bool = False) -> str:
-        """The draft's profile: its file's, or for the target's MTP layers the target's marked so
-        (``old``: the key an older version gave automatic threads)."""
-        plan = self.offload
-        if self.spec.mtp:
-            return MTP_KEY + self._target_key(old)
-        assert self.spec.draft is not None
-        threads = None if old else self._threads
-        return model_key(self.spec.draft, self.machine, threads, plan.draft_layers if plan else None)
-
-    def _target_key(self, old: bool = False) -> str:
-        plan = self.offload
-        threads = None if old else self._threads
-        return model_key(self.spec.target, self.machine, threads, plan.target_layers if plan else None)
 
     def drafting_state(
         self, mode: Mode | str | None = None, draft_max: int | None = None, params: SamplingParams | None = None
@@ -320,7 +331,7 @@ class Session:
         """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
         a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
         drafting = self.drafting(mode, draft_max, seeded(params))
-        return explain(drafting.controller, drafting.copies)
+        return explain(drafting.controller.state(), drafting.controller.costs, drafting.copies)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)
@@ -392,7 +403,7 @@ class Session:
 
     def _drafting_key(self, mode: str | None) -> str:
         mode = mode or self.mode
-        return str(Path(self.spec.draft).resolve()) if mode == "draft" and self.spec.draft else mode
+        return self._draft_path if mode == "draft" and self._draft_path else mode
 
     def _count(self, mode: str | None, step: Step) -> None:
         u = self._use.setdefault(self._drafting_key(mode), Use())
@@ -407,16 +418,17 @@ class Session:
         pass, the use since the last save) for the pair menu and ``localspec doctor``: the
         load's first save adds this load's measurements to the profile's history, later ones
         amend them (one load, one entry)."""
-        if self.profiles is None:
+        keys = self.profile_keys
+        if self.profiles is None or keys is None:
             return
         try:
             amend = self._saved
             verify = self.costs.verify.points(own=True)  # this load's, not the history it was seeded with
-            self.profiles.update(self._target_key(), self.spec.target, verify=verify, use=self._use, amend=amend)
-            if self.draft is not None and self.costs.t_draft:
+            self.profiles.update(keys.target, self.spec.target, verify=verify, use=self._use, amend=amend)
+            if self.draft is not None and self.costs.t_draft and keys.draft:
                 own = self.costs.own_t_draft  # this load's, not the history it was seeded with
                 path = self.spec.draft or self.spec.target
-                self.profiles.update(self._draft_key(), path, draft_pass=own, amend=amend)
+                self.profiles.update(keys.draft, path, draft_pass=own, amend=amend)
             self._use, self._saved = {}, True
         except OSError:
             pass  # a profile is a convenience: a read-only data dir must not stop a chat

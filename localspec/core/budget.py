@@ -8,14 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import STALE_AFTER, CostModel, speeds, step_seconds
-
-# Tuning choices, each with its reason: a verify size whose estimate is uncertain
-# (costs.VerifyCurve.uncertain) and that would win were its estimate EXPLORE_MARGIN too high is
-# measured, at most once in EXPLORE_EVERY steps, from a budget of EXPLORE_SHARE of decode time:
-# a size believed too dear is otherwise never used, so never corrected.
-EXPLORE_MARGIN = 0.3
-EXPLORE_EVERY = 16
-EXPLORE_SHARE = 0.01
+from .policy import DEFAULT, Policy
 
 
 class Budget:
@@ -40,19 +33,21 @@ class Budget:
 class Explorer:
     """Which verify size to measure this step, if any: a larger one by padding the step's
     verify (the padding rows are thrown away like rejected drafts), the single-token one by a
-    step without drafting."""
+    step without drafting. A size whose estimate is uncertain (``VerifyCurve.uncertain``) and
+    that would win were its estimate ``policy.explore_margin`` too high is measured, at most once
+    in ``policy.explore_every`` steps, from a budget of ``policy.explore_share`` of decode time."""
 
-    def __init__(self, costs: CostModel, draft_max: int) -> None:
-        self.costs, self.draft_max = costs, draft_max
-        self.budget = Budget(EXPLORE_SHARE)
+    def __init__(self, costs: CostModel, draft_max: int, policy: Policy = DEFAULT) -> None:
+        self.costs, self.draft_max, self.policy = costs, draft_max, policy
+        self.budget = Budget(policy.explore_share)
         self.since = 0
 
     def size(self, k_now: int, rates: np.ndarray, alpha: float) -> int:
         """The size n = k + 1 to measure with this step of ``k_now`` drafts (0: none)."""
         step = step_seconds(self.costs, k_now)
         self.since += 1
-        self.budget.earn(step, cap=step * EXPLORE_EVERY)
-        if self.since < EXPLORE_EVERY:
+        self.budget.earn(step, cap=step * self.policy.explore_every)
+        if self.since < self.policy.explore_every:
             return 0
         n = self._most_promising(k_now, step, rates, alpha)
         if n:
@@ -62,11 +57,11 @@ class Explorer:
 
     def _most_promising(self, k_now: int, step: float, rates: np.ndarray, alpha: float) -> int:
         """The uncertain size that would beat ``k_now`` by the most were its estimate
-        EXPLORE_MARGIN too high, and that the budget affords. T(1) only once it is old: it is
+        ``policy.explore_margin`` too high, and that the budget affords. T(1) only once it is old: it is
         measured whenever drafting is off, and a step without drafting is dear."""
         ks = np.arange(self.draft_max + 1)
         curve = self.costs.curve(self.draft_max + 1)
-        optimistic = speeds(self.costs, alpha, self.draft_max, verify_scale=1.0 - EXPLORE_MARGIN)
+        optimistic = speeds(self.costs, alpha, self.draft_max, verify_scale=1.0 - self.policy.explore_margin)
         cost = curve[1:] - curve[k_now + 1]
         cost[0] = step
         verify = self.costs.verify

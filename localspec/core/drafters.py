@@ -11,8 +11,14 @@ PromptLookupCandidateGenerator does the same).
 
 Three hooks, no-ops in :class:`DrafterBase`: ``prefill(context)`` reads the prompt before the
 first step (a draft model), ``behind(context)`` says how many tokens it would have to read
-before drafting (a draft model that has not run for a while), ``observe(n_drafted,
-n_accepted, kept)`` hears each verify's verdict (drafters that learn from it).
+before drafting (a draft model that has not run for a while), ``observe(draft, verdict,
+kept)`` hears what became of its draft (drafters that learn from it).
+
+One class per way of drafting, as in transformers' candidate generators and llama.cpp's
+``common_speculative`` types: a draft model (:class:`ModelDrafter`), prompt lookup
+(:class:`PromptLookupDrafter`), the bench's oracle. A drafter whose proposals cost no pass (a
+copy) can also stand beside a draft model: the engine asks it every step, and the controller
+takes its proposal where it is worth more than the model's (``Controller.pick``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 from . import costs as _costs
 from .costs import CostModel
 from .options import DEFAULT_P_MIN  # a tuning choice, explained there
+from .policy import DEFAULT, Policy
 from .protocol import CachedModel, common_prefix
 from .rules import LookupGate, MarginalRule
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
@@ -37,9 +44,12 @@ class Draft:
     q_draft: tuple[np.ndarray, ...] | None = None
     n_evals: int = 0  # forward passes the drafter ran (0 for lookup): feeds the cost model
     confidence: tuple[float, ...] = ()  # the draft's probability for each token it proposed
-    copied: bool = False  # a copy from the context in place of a draft model's tokens
+    copied: bool = False  # a copy from the context: no pass, its verdict is the drafter's own business
     n_read: int = 0  # tokens the first pass read at once (catching up on the context)
     read_seconds: float = 0.0  # ... and its time, when that was costs.READ_MIN tokens or more
+    alpha: float | None = None  # a copy: its source's per-token acceptance estimate for it
+    match: int = 0  # a copy: the length of the match it continues
+    continuation: tuple[int, ...] = ()  # a copy: all that followed the match, proposed or not
 
 
 @runtime_checkable
@@ -54,17 +64,13 @@ class Drafter(Protocol):
         one (rules.MarginalRule)."""
         ...
 
-    def copy(self, context: Sequence[int], limit: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        """A step the controller gave no drafts: a free copy of up to ``limit`` tokens, if any."""
-        ...
-
     def prefill(self, context: Sequence[int]) -> None: ...
 
     def behind(self, context: Sequence[int]) -> int: ...
 
     def time_pass(self, context: Sequence[int]) -> float | None: ...
 
-    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None: ...
+    def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None: ...
 
 
 class DrafterBase(Drafter):
@@ -80,11 +86,6 @@ class DrafterBase(Drafter):
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt before the first step (only a draft model has one to read)."""
 
-    def copy(self, context: Sequence[int], limit: int, params: SamplingParams, rng: np.random.Generator) -> Draft:
-        """A free copy of up to ``limit`` tokens for a step the controller gave no drafts (only a
-        draft model's prompt lookup has one to offer)."""
-        return Draft()
-
     def behind(self, context: Sequence[int]) -> int:
         """Tokens of ``context`` the drafter must read before it can draft (a draft model's
         catch-up; nothing for drafters without a model)."""
@@ -94,9 +95,10 @@ class DrafterBase(Drafter):
         """Seconds of one draft pass, timed now (None: the drafter has no model to time)."""
         return None
 
-    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
-        """The verify's verdict on the last draft: ``kept`` is what the step added to the
-        context (the accepted drafts and the target's own token)."""
+    def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None:
+        """What became of ``draft``: ``verdict`` is (tokens tested, tokens accepted), None where
+        the step verified another proposal; ``kept`` is what the step added to the context (the
+        accepted drafts and the target's own token)."""
 
 
 class NoDrafter(DrafterBase):
@@ -127,19 +129,16 @@ class ModelDrafter(DrafterBase):
         p_min: float = DEFAULT_P_MIN,
         banned: Iterable[int] = (),
         costs: CostModel | None = None,
+        policy: Policy = DEFAULT,
     ) -> None:
         self.model = model
-        self.costs = costs
+        self.costs, self.policy = costs, policy
         self.n_vocab_target = n_vocab_target
         self.p_min = p_min
         # ids the draft must never propose: beyond the target's vocab, or special tokens whose
         # text differs between the two models (see compat.check_compatible)
         self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
-        self.lookup: PromptLookupDrafter | None = None  # see with_lookup
-        self.max_copy = 0  # the longest copy (with_lookup)
-        self._from_lookup = False  # this step's draft is a copy
-        self._looked = False  # this step looked for a match
 
     def time_pass(self, context: Sequence[int]) -> float | None:
         """One pass of the context's last token, timed where the draft model's cache ends (it
@@ -155,18 +154,7 @@ class ModelDrafter(DrafterBase):
         self.model.truncate(n)
         return seconds
 
-    def with_lookup(self, lookup: PromptLookupDrafter, max_copy: int = 16) -> ModelDrafter:
-        """Take a prompt-lookup match first when its gate trusts it: on edits and quotes the
-        continuation is in the context already, and copying it costs no draft pass. A copy
-        may run past the controller's k (it costs no pass) up to ``max_copy`` tokens."""
-        self.lookup = lookup
-        self.max_copy = max_copy
-        return self
-
     def draft(self, context, k, params, rng, draft_max=0) -> Draft:
-        copied = self._copy(context, max(k, self.max_copy) if k > 0 else 0, params, rng, off=False)
-        if k <= 0 or copied.ids:
-            return copied
         room = self.model.n_ctx - len(context)
         k, draft_max = min(k, room), min(draft_max, room)
         if k <= 0:
@@ -182,7 +170,7 @@ class ModelDrafter(DrafterBase):
         qs: list[np.ndarray] = []
         conf: list[float] = []
         history = list(context[-max(params.repeat_last_n, 1) :])
-        rule = MarginalRule(self.costs, k, draft_max) if self.costs and self.costs.verify else None
+        rule = MarginalRule(self.costs, k, draft_max, self.policy) if self.costs and self.costs.verify else None
         while True:
             logits = fit_vocab(rows[0], self.n_vocab_target, self._banned)
             token, q, top_p = self._choose(logits, history, params, rng)
@@ -202,23 +190,6 @@ class ModelDrafter(DrafterBase):
         q_draft = tuple(qs) if not params.greedy else None
         return Draft(tuple(ids), q_draft, n_evals, tuple(conf), n_read=max(n_read, 1), read_seconds=read_seconds)
 
-    def copy(self, context, limit, params, rng) -> Draft:
-        """A prompt-lookup match of up to ``limit`` tokens, where the gate trusts it: it costs no
-        draft pass, so it is proposed while the controller drafts nothing too (on edits and
-        quotes a copy pays where the draft model's passes and catch-up do not), at the higher
-        bar a copy in place of the target's own step must clear (``PromptLookupDrafter.trusted``);
-        every match looked at is scored against what the step kept."""
-        return self._copy(context, limit, params, rng, off=True)
-
-    def _copy(self, context, limit, params, rng, off: bool) -> Draft:
-        self._from_lookup = self._looked = False
-        if self.lookup is None or limit <= 0:
-            return Draft()
-        copied = self.lookup.draft(context, limit, params, rng)
-        self._looked = True
-        self._from_lookup = self.lookup.trusted(len(copied.ids), off)
-        return Draft(copied.ids, copied=True) if self._from_lookup else Draft()
-
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt (all but its last token, which the first draft reads) up front;
         a prompt the draft's context cannot hold is left alone (then it drafts nothing)."""
@@ -228,18 +199,6 @@ class ModelDrafter(DrafterBase):
 
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.model.cached, context)
-
-    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
-        """Copied runs learn from their verdict; a match that was not used is scored against
-        the tokens the step kept (``PromptLookupDrafter.score``)."""
-        copied, looked = self._from_lookup, self._looked
-        self._from_lookup = self._looked = False  # a step that drafts nothing has no verdict
-        if self.lookup is None or not looked:
-            return
-        if copied:
-            self.lookup.observe(n_drafted, n_accepted, kept)
-        else:
-            self.lookup.score(kept)
 
     def _known(self, context) -> int:
         """The engine only ever appends to its context list, so when it hands over the same
@@ -291,17 +250,22 @@ class PromptLookupDrafter(DrafterBase):
     # ``costs`` a LookupGate decides how much of each match to propose from what matches of its
     # length have earned.
     def __init__(
-        self, max_ngram: int = 4, min_ngram: int = 2, costs: CostModel | None = None, gate: LookupGate | None = None
+        self,
+        max_ngram: int = 4,
+        min_ngram: int = 2,
+        costs: CostModel | None = None,
+        gate: LookupGate | None = None,
+        policy: Policy = DEFAULT,
     ) -> None:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
-        self.gate = gate or (LookupGate(costs) if costs is not None else None)
-        self._last_n: int | None = None  # match length of the last proposal
-        self._match: tuple[int, tuple[int, ...]] | None = None  # the last match: length, continuation
+        self.gate = gate or (LookupGate(costs, policy) if costs is not None else None)
         self._tokens = _GrowingArray()  # the context as an array, extended step by step
 
     def draft(self, context, k, params, rng, draft_max=0) -> Draft:
-        self._last_n, self._match = None, None
+        """The continuation of the longest match (``max_ngram`` down to ``min_ngram`` tokens),
+        as much of it as the gate says matches of that length have earned; the whole
+        continuation rides along, to be scored against what the step keeps (``observe``)."""
         if k <= 0 or len(context) < self.min_ngram + 1:
             return Draft()
         ctx = self._tokens.of(context)
@@ -310,48 +274,22 @@ class PromptLookupDrafter(DrafterBase):
             if start is not None:
                 follow = tuple(int(t) for t in ctx[start + n : start + n + k])
                 j = self.gate.length(n, len(follow)) if self.gate else len(follow)
-                self._last_n = n if j else None
-                self._match = (n, follow)
-                return Draft(follow[:j])
+                alpha = self.gate.alpha(n) if self.gate else None
+                return Draft(follow[:j], alpha=alpha, match=n, continuation=follow)
         return Draft()
 
-    # Tuning choices: beside a draft model, a copied run must be at least this long and its
-    # match length this trusted; shorter or shakier copies are left to the model. In place of a
-    # step of the target alone (drafting off) the bar is higher: there a rejected copy costs its
-    # whole verify, 1.4 passes for 3 tokens on a compute-bound target, against a step that could
-    # not have gone wrong. On the Zen 3's Q4 recording 0.75 left one edit at 0.94x the target
-    # alone, 0.85 none below 0.99x (docs/design.md).
-    MIN_COPY, MIN_COPY_ALPHA, MIN_OFF_COPY_ALPHA = 2, 0.75, 0.85
-
-    def trusted(self, n_proposed: int, off: bool = False) -> bool:
-        """Whether the last proposal should replace a draft model's, or (``off``) stand in for a
-        step of the target alone (see ModelDrafter)."""
-        return (
-            self.gate is not None
-            and self._last_n is not None
-            and n_proposed >= self.MIN_COPY
-            and self.gate.alpha(self._last_n) >= (self.MIN_OFF_COPY_ALPHA if off else self.MIN_COPY_ALPHA)
-        )
-
-    def observe(self, n_drafted: int, n_accepted: int, kept: Sequence[int] = ()) -> None:
-        """The verify's verdict on the last proposal (the engine calls this every step); a
-        match that proposed nothing is scored against what the step kept."""
-        if self.gate and self._last_n is not None and n_drafted:
-            self.gate.observe(self._last_n, n_drafted, n_accepted)
-            self._last_n, self._match = None, None
-        else:
-            self.score(kept)
-
-    def score(self, kept: Sequence[int]) -> None:
-        """Score the last match, which was not verified, against the tokens the step kept
-        (as far as they go): a match length that lost the gate's trust wins it back, or not,
-        without costing a verify row. Greedy, this is exactly the verdict a verify would
-        have given on those tokens."""
-        match, self._match, self._last_n = self._match, None, None
-        if self.gate is None or match is None:
+    def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None:
+        """A match's verdict: the verify's where its tokens were tested, else the tokens the
+        step kept, compared with its continuation as far as they go. So a match length that
+        lost the gate's trust wins it back, or not, without costing a verify row; greedy, this
+        is exactly the verdict a verify would have given on those tokens."""
+        if self.gate is None or not draft.match:
             return
-        n, follow = match
-        self.gate.observe(n, min(len(follow), len(kept)), common_prefix(follow, kept))
+        if verdict is not None and verdict[0] > 0:
+            self.gate.observe(draft.match, *verdict)
+        else:
+            follow = draft.continuation
+            self.gate.observe(draft.match, min(len(follow), len(kept)), common_prefix(follow, kept))
 
 
 class _GrowingArray:

@@ -16,7 +16,7 @@ The engine yields a frozen :class:`Step` per iteration and never prints.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import cast
 
 import numpy as np
@@ -68,9 +68,13 @@ class SpeculativeEngine:
         target: CachedModel,
         drafter: Drafter | None = None,
         controller: Controller | None = None,
+        copiers: Sequence[Drafter] = (),
     ) -> None:
+        """``copiers``: drafters whose proposals cost no pass (prompt lookup), asked every step
+        beside ``drafter``; the controller picks which proposal a step verifies."""
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
+        self.copiers = tuple(copiers)
         if controller is None:
             no_draft = isinstance(self.drafter, NoDrafter)
             controller = FixedController(CostModel(), 0) if no_draft else AdaptiveController(CostModel())
@@ -119,10 +123,15 @@ class SpeculativeEngine:
         draft_max = max(0, min(budget - 1, room - 1))
         k = min(choice.k, draft_max)
         t0 = _costs.clock()
-        if k:
-            draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max))
-        else:  # no drafts: a free copy may still come (drafters.ModelDrafter.copy)
-            draft = self.drafter.copy(context, draft_max, params, rng)
+        # copies cost no pass: up to the longest draft beside k model drafts, up to the reply's
+        # budget in place of a step of the target alone
+        n_copy = max(k, self.controller.draft_max) if k else draft_max
+        copies = [c.draft(context, n_copy, params, rng) for c in self.copiers] if n_copy > 0 else []
+        picked = self.controller.pick(copies, k)
+        if picked is not None:  # its verdict is the copier's business, not the acceptance's
+            draft = replace(picked, copied=True)
+        else:
+            draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
         drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
         # a measurement is priced on the step's k drafts (budget.Explorer): where the drafter
@@ -130,7 +139,7 @@ class SpeculativeEngine:
         # T(measure) - T(1), so the size waits for a step that drafts
         pad = _padding(context, drafted, choice.measure, room) if drafted else []
         batch = context + list(drafted) + pad
-        self._prepare_rollback(len(drafted) + len(pad))
+        prepare_rollback(self.target, len(drafted) + len(pad))
         n_rows, known = len(drafted) + 1 + len(pad), known_prefix(self.target, context)
         if picked:  # verify: the target's greedy tokens, picked where it computed the logits
             choices = self.target.sync_greedy(batch, n_rows, known)
@@ -141,14 +150,14 @@ class SpeculativeEngine:
             t2 = _costs.clock()
             verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
-        self._learn(draft, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
+        self._learn(draft, picked, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
         # a draft model that caught up on the prompt or a stretch it did not see is not a
         # drafting step's speed, so the guard does not see it (tries pay for it: controller)
         catch_up = draft.read_seconds > 0
         if (drafted or draft.n_evals) and not draft.copied and not catch_up and not pad:
             self.controller.observe_rate(len(kept), _costs.clock() - t_start, draft.n_evals)
-        emitted, finish = self._cut(kept, budget)
+        emitted, finish = cut(self.target, kept, budget)
         context.extend(kept)
         text = "".join(stream.feed(self.target.token_bytes(t)) for t in emitted)
         if stream.stopped:
@@ -171,14 +180,6 @@ class SpeculativeEngine:
             measured=len(pad) and len(drafted) + 1 + len(pad),
         )
 
-    def _prepare_rollback(self, n_droppable: int) -> None:
-        """The rollback after this verify drops up to every draft and padding token: a target
-        whose snapshots do not reach that far (a recurrent or hybrid cache) keeps a checkpoint
-        first, so a rejection costs the same however long the conversation is."""
-        depth = self.target.rollback_depth
-        if depth is not None and n_droppable > depth:
-            self.target.checkpoint()
-
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
         history = _History(context, drafted, params)
         if params.greedy:
@@ -189,7 +190,7 @@ class SpeculativeEngine:
         q_draft = draft.q_draft[: len(drafted)] if draft.q_draft is not None else None
         return verify_speculative(drafted, p_target, q_draft, rng)
 
-    def _learn(self, draft: Draft, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify):
+    def _learn(self, draft: Draft, picked: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify):
         costs = self.controller.costs
         costs.observe_verify(n_verified, t_verify)
         if draft.read_seconds > 0:  # the first pass caught up: timed as reading, not drafting
@@ -200,17 +201,33 @@ class SpeculativeEngine:
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         if not draft.copied:  # copies are the drafter's own business (rules.LookupGate)
-            self.controller.observe(len(drafted), verdict.n_accepted)
-        self.drafter.observe(len(drafted), verdict.n_accepted, (*drafted[: verdict.n_accepted], verdict.token))
+            refused = not drafted and draft.n_evals > 0  # a pass, and nothing it would stand behind
+            self.controller.observe(len(drafted), verdict.n_accepted, refused)
+        kept = (*drafted[: verdict.n_accepted], verdict.token)
+        tested = (len(drafted), verdict.n_accepted)
+        if picked is None:
+            self.drafter.observe(draft, tested, kept)
+        for copier, copy in zip(self.copiers, copies):
+            copier.observe(copy, tested if copy is picked else None, kept)
 
-    def _cut(self, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
-        """End-of-generation inside an accepted run ends the reply there; so does the budget."""
-        for i, t in enumerate(kept):
-            if self.target.is_eog(t):
-                return kept[:i], "eos"
-        if len(kept) >= budget:
-            return kept[:budget], "length"
-        return kept, None
+
+def cut(target: CachedModel, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
+    """End-of-generation inside an accepted run ends the reply there; so does the budget."""
+    for i, t in enumerate(kept):
+        if target.is_eog(t):
+            return kept[:i], "eos"
+    if len(kept) >= budget:
+        return kept[:budget], "length"
+    return kept, None
+
+
+def prepare_rollback(target: CachedModel, n_droppable: int) -> None:
+    """The rollback after a verify drops up to every draft and padding token: a target whose
+    snapshots do not reach that far (a recurrent or hybrid cache) keeps a checkpoint first, so
+    a rejection costs the same however long the conversation is."""
+    depth = target.rollback_depth
+    if depth is not None and n_droppable > depth:
+        target.checkpoint()
 
 
 def known_prefix(target: CachedModel, context: list[int]) -> int:

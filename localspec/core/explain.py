@@ -1,11 +1,13 @@
 """Why drafting is on or off right now, in numbers and plain words: the statistics panel,
-``localspec run`` and the server show it. It reads the controller; it decides nothing."""
+``localspec run`` and the server show it. It formats the controller's ``Choice`` (its reason
+and figures) with the measured costs; it decides nothing."""
 
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, replace
 
-from .controller import OPTIMISTIC_ALPHA, PROBE_K, UNMEASURED_K, AdaptiveController, Controller, FixedController
+from .controller import Choice, Reason
+from .costs import CostModel
 
 
 @dataclass(frozen=True)
@@ -50,119 +52,74 @@ class DraftingState:
         }
 
 
-def explain(ctl: Controller, copies: bool = False) -> DraftingState:
-    """The controller's state in words: what a step does now, and the measurement behind it;
-    ``copies``: the mode's drafter proposes trusted prompt-lookup matches while drafting is off."""
-    state = _explain(ctl)
+def explain(choice: Choice, costs: CostModel, copies: bool = False) -> DraftingState:
+    """A controller's choice (``Controller.state``) in words, with the measurements behind it
+    read from ``costs``; ``copies``: the mode's drafter proposes trusted prompt-lookup matches
+    while drafting is off."""
+    state = _words(choice, costs)
     return replace(state, copies=True) if copies and not state.on else state
 
 
-def _explain(ctl: Controller) -> DraftingState:
-    if isinstance(ctl, FixedController):
-        if ctl.k == 0:
+def _words(c: Choice, costs: CostModel) -> DraftingState:
+    if c.reason is Reason.FIXED:
+        if c.k == 0:
             return DraftingState(False, 0, "the target alone (no draft mode chosen)")
-        return DraftingState(True, ctl.k, f"k={ctl.k} every step ({ctl.reason})")
-    assert isinstance(ctl, AdaptiveController)
-    if not ctl.costs.verify:
-        k = min(UNMEASURED_K, ctl.draft_max)
-        return DraftingState(True, k, f"nothing measured yet: starting at k={k}")
-    if not ctl.hardware_allows():
-        return _off_here(ctl)
-    if ctl.tries.left > 0:  # a try's trial at PROBE_K, where the model itself wants none
-        off = _guard(ctl) if ctl.model_k() > 0 else _off(ctl)
-        return DraftingState(
-            True, PROBE_K, f"trying k={PROBE_K} for a few steps, as {off.why}", draft_cost=off.draft_cost
+        return DraftingState(True, c.k, f"k={c.k} every step ({c.note})")
+    if c.reason is Reason.UNMEASURED:
+        return DraftingState(True, c.k, f"nothing measured yet: starting at k={c.k}")
+    t1 = costs.T(1)
+    draft_cost, check2 = costs.t_draft / t1, costs.T(2) / t1
+    if c.reason is Reason.ON:
+        return _on(c, costs)
+    if c.reason is Reason.GATED:
+        again = "a try found proposing pays again; " if c.resumed else ""
+        why = (
+            f"{again}up to {c.k} tokens, as much of each match as matches of its length have "
+            f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {c.alpha:.0%})"
         )
-    if ctl.on():
-        return _gated(ctl) if ctl.gated else _on(ctl, ctl.best_k())
-    if ctl.model_k() > 0:
-        return _guard(ctl)
-    return _off(ctl)
+        return DraftingState(True, c.k, why, draft_cost=draft_cost, verify_cost=check2)
+    if c.reason is Reason.TRY:
+        off = _off(replace(c, reason=Reason.GUARD if c.guard_tps is not None else Reason.ACCEPTANCE), costs)
+        return DraftingState(True, c.k, f"trying k={c.k} for a few steps, as {off.why}", draft_cost=draft_cost)
+    return _off(c, costs)
 
 
-def _units(ctl: AdaptiveController) -> tuple[float, float, float]:
-    """T(1) in seconds, a draft pass and checking 2 tokens in target passes."""
-    t1 = ctl.costs.T(1)
-    return t1, ctl.costs.t_draft / t1, ctl.costs.T(2) / t1
-
-
-def _on(ctl: AdaptiveController, k: int) -> DraftingState:
-    t1, draft_cost, _ = _units(ctl)
-    rates = ctl.speeds()
-    speedup = float(rates[k] / rates[0])
-    again = "a try found drafting pays again; " if ctl.resumed else ""
-    cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if ctl.costs.t_draft else ""
-    extended = (
-        f"; up to {ctl.draft_max} while the draft is sure of every token"
-        if ctl.extend_when_sure and ctl.draft_max > k
-        else ""
-    )
-    verify = ctl.costs.T(k + 1) / t1
+def _on(c: Choice, costs: CostModel) -> DraftingState:
+    t1 = costs.T(1)
+    k, draft_cost = c.best_k, costs.t_draft / t1
+    again = "a try found drafting pays again; " if c.resumed else ""
+    cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
+    extended = f"; up to {c.draft_max} while the draft is sure of every token" if c.draft_max > k else ""
+    verify = costs.T(k + 1) / t1
     why = (
-        f"{again}k={k}, expected {speedup:.2f}× ({cost}checking {k + 1} tokens costs {verify:.2f} passes, "
-        f"acceptance {ctl.alpha:.0%}){extended}"
+        f"{again}k={k}, expected {c.best_speedup:.2f}× ({cost}checking {k + 1} tokens costs {verify:.2f} passes, "
+        f"acceptance {c.alpha:.0%}){extended}"
     )
-    return DraftingState(True, k, why, draft_cost=draft_cost, verify_cost=verify, expected_speedup=speedup)
+    return DraftingState(True, k, why, draft_cost=draft_cost, verify_cost=verify, expected_speedup=c.best_speedup)
 
 
-def _gated(ctl: AdaptiveController) -> DraftingState:
-    """On, with the drafter's gate deciding each proposal (prompt lookup)."""
-    _, draft_cost, check2 = _units(ctl)
-    again = "a try found proposing pays again; " if ctl.resumed else ""
-    why = (
-        f"{again}up to {ctl.draft_max} tokens, as much of each match as matches of its length have "
-        f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {ctl.alpha:.0%})"
-    )
-    return DraftingState(True, ctl.draft_max, why, draft_cost=draft_cost, verify_cost=check2)
-
-
-def _guard(ctl: AdaptiveController) -> DraftingState:
-    """Off although the model likes drafting: the guard measured it slower."""
-    t1, draft_cost, check2 = _units(ctl)
-    base, realized = 1.0 / t1, ctl.guard.rate or 0.0
-    rates = ctl.speeds()
-    why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
-    why += f"({realized / base:.2f}×)"
+def _off(c: Choice, costs: CostModel) -> DraftingState:
+    """Off: the hardware rules drafting out (never tried), the learnt acceptance does not pay
+    (tried again now and then), or the guard measured drafting slower."""
+    t1 = costs.T(1)
+    draft_cost, check2 = costs.t_draft / t1, costs.T(2) / t1
+    draft = f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else ""
+    words = f"{draft}checking 2 tokens costs {check2:.2f} passes"
+    if c.reason is Reason.HARDWARE:
+        why = f"{words}; drafting would run at about {c.best_speedup:.2f}× even at {c.alpha:.0%} acceptance"
+    elif c.reason is Reason.GUARD:
+        base, realized = 1.0 / t1, c.guard_tps or 0.0
+        why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
+        why += f"({realized / base:.2f}×)"
+    else:
+        why = f"{words}; at the measured acceptance ({c.alpha:.0%}) drafting would run at about {c.best_speedup:.2f}×"
     return DraftingState(
         False,
         0,
         why,
-        next_try_in=ctl.tries.next_in(),
+        next_try_in=c.next_try_in,
         draft_cost=draft_cost,
         verify_cost=check2,
-        expected_speedup=float(rates.max() / rates[0]),
-        outpaced=ctl.tries.outpaced,
-    )
-
-
-def _costs_words(ctl: AdaptiveController) -> str:
-    _, draft_cost, check2 = _units(ctl)
-    draft = f"a draft token costs {draft_cost:.2f} of a target pass and " if ctl.costs.t_draft else ""
-    return f"{draft}checking 2 tokens costs {check2:.2f} passes"
-
-
-def _off_here(ctl: AdaptiveController) -> DraftingState:
-    """Off because even OPTIMISTIC_ALPHA could not pay on this hardware: never tried."""
-    _, draft_cost, check2 = _units(ctl)
-    rates = ctl.speeds(OPTIMISTIC_ALPHA)
-    best = float(rates[1:].max() / rates[0])
-    why = f"{_costs_words(ctl)}; drafting would run at about {best:.2f}× even at {OPTIMISTIC_ALPHA:.0%} acceptance"
-    return DraftingState(False, 0, why, draft_cost=draft_cost, verify_cost=check2, expected_speedup=best)
-
-
-def _off(ctl: AdaptiveController) -> DraftingState:
-    """Off because at the learnt acceptance drafting does not pay (tried again now and then)."""
-    _, draft_cost, check2 = _units(ctl)
-    rates = ctl.speeds()
-    best = float(max(rates[1:].max(), 1e-12) / rates[0])
-    why = f"{_costs_words(ctl)}; at the measured acceptance ({ctl.alpha:.0%}) drafting would run at about {best:.2f}×"
-    return DraftingState(
-        False,
-        0,
-        why,
-        next_try_in=ctl.tries.next_in(),
-        draft_cost=draft_cost,
-        verify_cost=check2,
-        expected_speedup=best,
-        outpaced=ctl.tries.outpaced,
+        expected_speedup=c.best_speedup,
+        outpaced=c.outpaced,
     )

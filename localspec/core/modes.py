@@ -19,15 +19,11 @@ from dataclasses import dataclass, replace
 from .controller import AdaptiveController, Controller, FixedController
 from .costs import CostModel, DraftCost
 from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .engine import SpeculativeEngine
 from .options import DEFAULT_P_MIN
+from .policy import DEFAULT, Policy
 from .protocol import CachedModel
 from .rules import LookupGate
-
-# Tuning choice: beside a draft model, copies start distrusted (alpha 0.5, below what a copy
-# needs) and earn trust from being scored against what the model's steps kept, for free: a
-# trusting start copies long stretches early that get rejected, and drags the draft model's
-# own acceptance and measured speed down with them.
-COPY_PRIOR = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -41,7 +37,9 @@ class ModeContext:
     adaptive: bool = True  # False: every step drafts draft_max tokens (--no-adapt)
     copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
     banned: frozenset[int] = frozenset()  # ids the draft must never propose (compat)
-    prior: tuple[float, float] | None = None  # the acceptance prior (alpha, weight): the pair's profile
+    prior: float | None = None  # the acceptance prior: what the pair's profile counted (else policy.prior_alpha)
+    policy: Policy = DEFAULT  # every tunable of the draft-length decision
+    fixed_note: str = "fixed: --no-adapt"  # without adaptation: what the drafting line says fixed k
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,18 @@ class Drafting:
 
     controller: Controller
     new_drafter: Callable[[ReplySpec], Drafter]
-    copies: bool = False  # its drafter copies trusted prompt-lookup matches, whatever k (drafters.ModelDrafter.copy)
+    # drafters whose proposals cost no pass, asked beside new_drafter's every step (prompt
+    # lookup beside a draft model): the controller verifies one where it trusts it, whatever k
+    new_copiers: Callable[[ReplySpec], tuple[Drafter, ...]] | None = None
+
+    @property
+    def copies(self) -> bool:
+        return self.new_copiers is not None
+
+    def engine(self, target: CachedModel, reply: ReplySpec) -> SpeculativeEngine:
+        """The engine for one reply of this mode."""
+        copiers = self.new_copiers(reply) if self.new_copiers else ()
+        return SpeculativeEngine(target, self.new_drafter(reply), self.controller, copiers)
 
 
 ModeFactory = Callable[[ModeContext], Drafting]
@@ -109,8 +118,11 @@ def controller_for(
     tokens unless ``fixed_k`` says otherwise."""
     costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
     if fixed_k is not None or not ctx.adaptive:
-        return FixedController(costs, ctx.draft_max if fixed_k is None else fixed_k)
-    return AdaptiveController(costs, ctx.draft_max, gated=gated, extend_when_sure=extend_when_sure, prior=ctx.prior)
+        k = ctx.draft_max if fixed_k is None else fixed_k
+        return FixedController(costs, k, ctx.fixed_note, ctx.policy)
+    return AdaptiveController(
+        costs, ctx.draft_max, gated=gated, extend_when_sure=extend_when_sure, prior=ctx.prior, policy=ctx.policy
+    )
 
 
 def target_alone(ctx: ModeContext) -> Drafting:
@@ -127,20 +139,26 @@ def draft_model(ctx: ModeContext) -> Drafting:
         raise ValueError("this session has no draft model")
     controller = controller_for(ctx, draft_cost=True, extend_when_sure=True)
     rule_costs = controller.costs if ctx.adaptive else None
-    gate = LookupGate(controller.costs, COPY_PRIOR) if ctx.adaptive and ctx.copy else None
+    # beside a draft model, copies start distrusted (policy.copy_prior, below what a copy needs)
+    # and earn trust from being scored against what the model's steps kept, for free: a
+    # trusting start copies long stretches early that get rejected, and drags the draft
+    # model's own acceptance and measured speed down with them
+    gate = LookupGate(controller.costs, ctx.policy) if ctx.adaptive and ctx.copy else None
 
     def new_drafter(reply: ReplySpec) -> Drafter:
-        drafter = ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs)
-        return drafter.with_lookup(PromptLookupDrafter(gate=gate), ctx.draft_max) if gate else drafter
+        return ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs, ctx.policy)
 
-    return Drafting(controller, new_drafter, copies=gate is not None)
+    def new_copiers(reply: ReplySpec) -> tuple[Drafter, ...]:
+        return (PromptLookupDrafter(gate=gate),)
+
+    return Drafting(controller, new_drafter, new_copiers if gate else None)
 
 
 def prompt_lookup(ctx: ModeContext) -> Drafting:
     """The "lookup" mode: prompt lookup, whose gate (adaptive) keeps what it learnt across replies."""
     controller = controller_for(ctx, draft_cost=False, gated=True)
-    gate = LookupGate(controller.costs) if ctx.adaptive else None
-    return Drafting(controller, lambda reply: PromptLookupDrafter(gate=gate))
+    gate = LookupGate(controller.costs, ctx.policy) if ctx.adaptive else None
+    return Drafting(controller, lambda reply: PromptLookupDrafter(gate=gate, policy=ctx.policy))
 
 
 # the modes that draft with a model (a draft file, or the target's own MTP layers): a draft
@@ -170,9 +188,6 @@ def repeatable(mode: DraftingMode, ctx: ModeContext, at_load: CostModel) -> Draf
     replies never need this: they are the target's own, token for token.)"""
     if not ctx.adaptive:  # the user's fixed length already repeats
         return mode.build(replace(ctx, copy=False))
-    controller = mode.build(replace(ctx, costs=at_load)).controller
-    k = controller.model_k() if isinstance(controller, AdaptiveController) else controller.draft_max
-    drafting = mode.build(replace(ctx, draft_max=k, adaptive=False, copy=False))
-    if isinstance(drafting.controller, FixedController):
-        drafting.controller.reason = "fixed for a seeded reply, as the costs measured at load chose"
-    return drafting
+    k = mode.build(replace(ctx, costs=at_load)).controller.state().best_k
+    note = "fixed for a seeded reply, as the costs measured at load chose"
+    return mode.build(replace(ctx, draft_max=k, adaptive=False, copy=False, fixed_note=note))

@@ -8,25 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .costs import CostModel, speeds
-
-# Tuning choices, each with its reason:
-# A draft may run past the controller's k (up to its draft_max) while every token's raw confidence
-# is at least this: Leviathan's k assumes every token is accepted at the mean rate, which a run
-# of confident tokens beats (code the draft has seen many times, and the runs that prose comes
-# in). Below it the rule stops at k: an unsure token says the text turns to what the draft
-# guesses, and no cap at all lost the certain tokens behind an unsure first one. 0.8, not 0.95:
-# tokens of 0.8-0.95 are accepted about as often as they say, and ending runs there lost up to
-# a tenth on three machines' costs in replays; 0.7-0.75 lost on prose (docs/design.md).
-SURE = 0.8
-# A proposal must promise this much over proposing nothing: the cost model leaves out a step's
-# Python work and a copy's bookkeeping, a few per cent together.
-MIN_GAIN = 1.05
-# Prompt lookup: a match length not seen yet starts at alpha 0.5 with the weight of two
-# verdicts. Where a verify row costs more than about 0.43 of a pass (a compute-bound target)
-# that proposes nothing until a match of the length has earned it; where a row is nearly free
-# (a memory-bound target) it proposes from the first match.
-LOOKUP_PRIOR = (1.0, 1.0)
-DECAY = 0.95  # a length's verdicts fade, so text of a new kind shows within ~20 of them
+from .policy import DEFAULT, Policy
 
 
 class MarginalRule:
@@ -44,14 +26,14 @@ class MarginalRule:
     The rule looks ahead: a verify curve has steps (a kernel's tile size), and the row at a step
     alone never pays although the rows past it do, nearly free. So a token (or another pass) is
     judged on the best of going on by 1..(draft_max_now - n) tokens, those still to come taken at the
-    last one's confidence. ``draft_max_now`` is ``k``, or ``draft_max`` while the draft is SURE of every
-    token so far.
+    last one's confidence. ``draft_max_now`` is ``k``, or ``draft_max`` while the draft is sure
+    of every token so far (``policy.sure``).
     """
 
-    def __init__(self, costs: CostModel, k: int = 64, draft_max: int = 0) -> None:
-        self.costs = costs
+    def __init__(self, costs: CostModel, k: int = 64, draft_max: int = 0, policy: Policy = DEFAULT) -> None:
+        self.costs, self.policy = costs, policy
         self.k, self.draft_max = k, max(draft_max, k)
-        self.sure = True  # every token so far had raw confidence >= SURE
+        self.sure = True  # every token so far had raw confidence >= policy.sure
         self.p_chain, self.expected, self.n, self.passes = 1.0, 1.0, 0, 1
         self._curve = costs.curve(self.draft_max + 1)  # read once: the draft's tokens all use it
 
@@ -74,7 +56,7 @@ class MarginalRule:
 
     def keep(self, c: float) -> bool:
         """Propose a token of confidence c? (Its draft pass is already paid for.)"""
-        self.sure = self.sure and c >= SURE
+        self.sure = self.sure and c >= self.policy.sure
         a = self.costs.acceptance(c)
         if not self._pays(a, paid=True):
             return False
@@ -99,15 +81,15 @@ class LookupGate:
     one acceptance rate for every lookup draft either blocks the good matches or lets the bad
     ones cost a verify row each. The gate keeps a geometric acceptance estimate per match
     length and proposes the prefix j of the match that maximises E(j) / T(j+1) (a copy costs no
-    draft pass), nothing when that is not MIN_GAIN better than j = 0. Text changes, so a
+    draft pass), nothing when that is not ``policy.min_gain`` better than j = 0. Text changes, so a
     blocked length must be able to win trust back: every match, proposed or not, is scored
     against what the step kept (``observe`` with what the drafter compared), which costs
     nothing.
     """
 
-    def __init__(self, costs: CostModel, prior: tuple[float, float] = LOOKUP_PRIOR) -> None:
-        self.costs = costs
-        self.prior = prior  # [accepted, rejected] of a match length not seen yet
+    def __init__(self, costs: CostModel, policy: Policy = DEFAULT) -> None:
+        self.costs, self.policy = costs, policy
+        self.prior = policy.copy_prior  # [accepted, rejected] of a match length not seen yet
         self.counts: dict[int, list[float]] = {}  # match length -> [accepted, rejected]
 
     def alpha(self, n: int) -> float:
@@ -120,7 +102,7 @@ class LookupGate:
             return available
         rates = speeds(self.costs, self.alpha(n), available, t_draft=0.0)
         j = int(np.argmax(rates))
-        return j if rates[j] >= MIN_GAIN * rates[0] else 0
+        return j if rates[j] >= self.policy.min_gain * rates[0] else 0
 
     def observe(self, n: int, n_tested: int, n_accepted: int) -> None:
         """A verdict on ``n_tested`` tokens of an ``n``-token match's continuation: the first
@@ -128,4 +110,5 @@ class LookupGate:
         if n_tested == 0:
             return
         accepted, rejected = self.counts.get(n, self.prior)
-        self.counts[n] = [DECAY * accepted + n_accepted, DECAY * rejected + (n_accepted < n_tested)]
+        decay = self.policy.decay
+        self.counts[n] = [decay * accepted + n_accepted, decay * rejected + (n_accepted < n_tested)]

@@ -11,7 +11,8 @@ accepted tokens). Expected figures are computed from these and labelled with the
 The file is JSON in the data dir; a damaged one is set aside (``profiles.json.bad-...``) and
 started again: profiles are measurements, they come back with use. The app, ``run``, ``serve`` and
 ``bench`` may update it at once: an update holds the file's lock (``lockedfile``) from its read to
-its atomic write.
+its atomic write. A read is parsed again only when the file changed, so asking for a profile at
+each reply costs a ``stat`` of the file, not a parse of it.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from ..core.costs import CostModel, speeds
-from ..core.estimates import PRIOR_ALPHA, prior_from
+from ..core.estimates import prior_from
+from ..core.policy import DEFAULT as DEFAULT_POLICY
 from ..lockedfile import locked, write_atomic
 
 PROFILES_FILE = "profiles.json"  # in the data dir
-ASSUMED_ALPHA = PRIOR_ALPHA  # an untried pair: the controller's own prior
+ASSUMED_ALPHA = DEFAULT_POLICY.prior_alpha  # an untried pair: the controller's own prior
 MAX_K = 16
 # Tuning choice: a profile's curve and draft pass are the median of the last this many loads'
 # measurements, so one load on a busy machine (a build beside it) is outvoted by the next two.
@@ -77,8 +79,8 @@ class Use:
     def acceptance(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
-    def prior(self) -> tuple[float, float] | None:
-        """The acceptance prior (alpha, weight) this use gives the controller; None before any
+    def prior(self) -> float | None:
+        """The acceptance prior this use gives the controller; None before any
         drafting was counted (older profiles counted no rejections: none then either)."""
         return prior_from(self.accepted, self.rejected) if self.rejected else None
 
@@ -144,10 +146,22 @@ class ProfileStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.warning: str | None = None
+        # the file's version (see _version) when it was last read, and its profiles as JSON
+        self._read_as: tuple[tuple[int, ...], dict] | None = None
 
     def load(self) -> dict[str, Profile]:
         """Every profile; {} for a missing file. A damaged one is set aside under the lock, so a
         file another process has just written whole is never the one moved away."""
+        return {k: _profile(v) for k, v in self._raw().items()}
+
+    def get(self, key: str) -> Profile | None:
+        """The profile kept under ``key``, None when there is none (see ``_read``: no parse when
+        the file is as it was)."""
+        raw = self._raw().get(key)
+        return _profile(raw) if raw is not None else None
+
+    def _raw(self) -> dict:
+        """The profiles as the file holds them, each checked to read as a Profile; {} for a missing file."""
         try:
             return self._read()
         except FileNotFoundError:
@@ -155,19 +169,24 @@ class ProfileStore:
         except _DAMAGED as e:
             try:
                 with locked(self.path):
-                    return self._load_locked()
+                    return self._raw_locked()
             except OSError as why:  # no lock to be had (a read-only dir, a stuck holder): touch nothing
                 self.warning = f"{self.path}: unreadable ({e}); left as it is ({why})"
                 return {}
 
-    def _read(self) -> dict[str, Profile]:
-        raw = json.loads(self.path.read_text(encoding="utf-8"))
-        return {k: _profile(v) for k, v in raw.items()}
+    def _read(self) -> dict:
+        """``_raw`` without the lock, parsed again only when the file is another version than the
+        one read last: another process's update is seen at the next read. Only reads use what
+        it keeps; an update reads the file afresh under the lock (``_load_locked``)."""
+        version = _version(self.path)
+        if self._read_as is None or self._read_as[0] != version:
+            self._read_as = (version, _checked(self.path.read_text(encoding="utf-8")))
+        return self._read_as[1]
 
-    def _load_locked(self) -> dict[str, Profile]:
-        """load(), the lock already held: read again, and set the file aside if it is still damaged."""
+    def _raw_locked(self) -> dict:
+        """``_raw``, the lock already held: read again, and set the file aside if it is still damaged."""
         try:
-            return self._read()
+            return _checked(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return {}
         except _DAMAGED as e:
@@ -179,8 +198,9 @@ class ProfileStore:
                 self.warning = f"{self.path}: unreadable ({e})"
             return {}
 
-    def get(self, key: str) -> Profile | None:
-        return self.load().get(key)
+    def _load_locked(self) -> dict[str, Profile]:
+        """load(), the lock already held, from the file as it is now."""
+        return {k: _profile(v) for k, v in self._raw_locked().items()}
 
     def update(
         self,
@@ -207,7 +227,7 @@ class ProfileStore:
         use added up, the histories joined, the older first): one load known by two keys. Older
         versions keyed automatic threads as ``tNone`` where ``run`` gave the count, so the app
         and ``run`` kept two histories of the same load; ``Session`` adopts the old key."""
-        if old == key or old not in self.load():
+        if old == key or old not in self._raw():
             return
         with locked(self.path):
             profiles = self._load_locked()
@@ -255,6 +275,23 @@ def _merged(older: Profile, newer: Profile | None) -> Profile:
     for how in set(older.use) | set(newer.use):
         p.use[how] = older.use.get(how, Use()) + newer.use.get(how, Use())
     return p
+
+
+def _checked(text: str) -> dict:
+    """The file's JSON, every entry read as a Profile once so that a damaged one is found here."""
+    raw = json.loads(text)
+    for v in raw.values():
+        _profile(v)
+    return raw
+
+
+def _version(path: Path) -> tuple[int, ...]:
+    """Which version of the file is there. Every write replaces the file with a new one
+    (``write_atomic``), so its inode changes; size and modification time catch an edit in place.
+    An inode reused at the same size and nanosecond would only keep an older prior for a while:
+    an update never builds on what a read kept."""
+    st = path.stat()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _verify_history(p: Profile, n: int) -> list[float]:

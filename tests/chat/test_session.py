@@ -1,10 +1,14 @@
 """Session behaviour on tiny real GGUFs: trimming long conversations, cancellation, prefix reuse."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from localspec.chat.session import ContextOverflow, LoadOptions, PairSpec, Session
 from localspec.core.costs import CostModel
 from localspec.core.sampling import SamplingParams
+from localspec.models.profiles import ProfileStore
 from tests.support.fakes import fixed_k
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -106,17 +110,17 @@ class TestModes:
 
         s = load(tiny_pair)
         try:
-            first, second = s.engine("draft").drafter, s.engine("draft").drafter
-            assert first.lookup is not None and first.lookup.gate is second.lookup.gate
-            assert first.lookup.gate.alpha(3) == 0.5  # copies start distrusted
-            assert s.engine("draft").drafter.max_copy == s.options.draft_max
+            (first,), (second,) = s.engine("draft").copiers, s.engine("draft").copiers
+            assert first is not second and first.gate is second.gate and first.gate is not None
+            assert first.gate.alpha(3) == 0.5  # copies start distrusted
+            assert s.engine("draft").controller.draft_max == s.options.draft_max  # a copy's longest
         finally:
             s.close()
         args = build_parser().parse_args(["run", "x", "--target", "t.gguf", "--draft", "d.gguf", "--no-copy"])
         assert spec_and_options(args)[1].copy is False
         s = load(tiny_pair, copy=False)
         try:
-            assert s.engine("draft").drafter.lookup is None
+            assert s.engine("draft").copiers == ()
         finally:
             s.close()
 
@@ -229,3 +233,27 @@ class TestSeededReplies:
             assert fixed_k(s.engine(repeatable=True).controller) == at_load
         finally:
             s.close()
+
+
+class TestFilesChangedWhileLoaded:
+    """The loaded models answer whatever happens to their files meanwhile (a re-download, a
+    moved models folder): the pair is keyed in the profiles once, at load."""
+
+    def test_replies_after_the_models_folder_moved_away(self, tiny_pair, tmp_path):
+        folder = tmp_path / "models"
+        folder.mkdir()
+        target, draft = (Path(shutil.copy(f, folder / f.name)) for f in tiny_pair)  # tiny_pair's own stay put
+        how = str(draft.resolve())  # the draft's use is counted under its path as loaded
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = Session.load(PairSpec(target, draft), LoadOptions(n_ctx=512, threads=1), profiles=store)
+        msgs = [{"role": "user", "content": "hello"}]
+        try:
+            folder.rename(tmp_path / "moved")
+            # the first reply builds its mode's drafting (the prior from the profile); a server
+            # request with its own longest draft builds another
+            steps = [*s.chat(msgs, GREEDY, 12), *s.chat(msgs, GREEDY, 12, draft_max=2)]
+        finally:
+            s.close()
+        assert len(steps) >= 2 and all(x.emitted for x in steps)
+        # and what they measured is kept under the pair as it was loaded
+        assert store.get(s.profile_keys.target).use[how].tokens == sum(len(x.emitted) for x in steps)

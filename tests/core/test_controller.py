@@ -8,13 +8,7 @@ import numpy as np
 import pytest
 
 from localspec.core import costs as costs_module
-from localspec.core.budget import EXPLORE_EVERY, EXPLORE_SHARE
 from localspec.core.controller import (
-    FIRST_TRY_SHARE,
-    OPENING_STEPS,
-    PROBE_K,
-    RECHECK_SAMPLES,
-    TRY_SHARE,
     AdaptiveController,
     FixedController,
     Tries,
@@ -23,13 +17,14 @@ from localspec.core.controller import (
 from localspec.core.costs import READ_MIN, CostModel, calibrate, expected_tokens, speeds, step_seconds
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
-from localspec.core.estimates import DECAY, PRIOR_ALPHA, PRIOR_WEIGHT, TRIAL_STEPS
 from localspec.core.explain import explain
 from localspec.core.modes import Drafting, ModeContext, ReplySpec, draft_model, prompt_lookup, target_alone
+from localspec.core.policy import DEFAULT as P
 from localspec.core.sampling import SamplingParams
 from tests.support.fakes import (
     FakeModel,
     NoisyOracleDrafter,
+    RefusingDrafter,
     ScriptedDrafter,
     TimedModel,
     VirtualClock,
@@ -38,6 +33,13 @@ from tests.support.fakes import (
 )
 
 V = 50
+
+
+def said(ctl, copies=False):
+    """The drafting line's state for ``ctl`` now, as the session shows it."""
+    return explain(ctl.state(), ctl.costs, copies)
+
+
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [5, 6, 7, 8, 9, 10]
 
@@ -112,8 +114,8 @@ class TestPriors:
     def test_the_prior_sets_where_drafting_starts(self):
         # a verify row at 0.3 of a pass: drafting pays above about alpha 0.55
         costs = CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15)
-        assert AdaptiveController(costs, 8, prior=(0.9, PRIOR_WEIGHT)).model_k() > 0
-        assert AdaptiveController(costs, 8, prior=(0.4, PRIOR_WEIGHT)).model_k() == 0
+        assert AdaptiveController(costs, 8, prior=0.9).model_k() > 0
+        assert AdaptiveController(costs, 8, prior=0.4).model_k() == 0
 
 
 class TestAcrossReplies:
@@ -142,7 +144,7 @@ class TestAcrossReplies:
 class TestRecheck:
     """A verdict of "never on this hardware" that rests on a draft pass measured during a burst
     of load is checked again: a pass timed at each reply's start until the estimate holds
-    RECHECK_SAMPLES samples."""
+    P.recheck_samples samples."""
 
     def test_a_burst_at_load_is_outvoted_by_the_passes_that_follow(self, monkeypatch):
         clock = VirtualClock()
@@ -157,7 +159,7 @@ class TestRecheck:
         assert not ctl.hardware_allows() and ctl.recheck_draft()  # a pass looked like 6 target passes
         engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
         replies = 0
-        while not ctl.hardware_allows() and replies < RECHECK_SAMPLES:
+        while not ctl.hardware_allows() and replies < P.recheck_samples:
             list(engine.generate([5 + (replies + j) % 40 for j in range(20)], GREEDY, 8))
             replies += 1
         assert ctl.hardware_allows() and replies <= 4 and ctl.costs.t_draft == pytest.approx(0.033, rel=0.25)
@@ -186,13 +188,13 @@ class TestTries:
         c = self.off_after_bad_drafts({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, 0.15)
         ks = [c.choose().k for _ in range(2000)]
         tries = [i for i in range(1, 2000) if ks[i] and not ks[i - 1]]
-        assert len(tries) >= 3 and sum(k > 0 for k in ks) == TRIAL_STEPS * len(tries)
-        earned = TRY_SHARE * (c.best_case() - 1.0) * c.costs.T(1) * 2000
-        # the first tries in a row earn at a higher share (FIRST_TRY_SHARE, halved by each
-        # failure): at most those tries' prices over TRY_SHARE's budget
-        first = math.ceil(math.log2(FIRST_TRY_SHARE / TRY_SHARE))
+        assert len(tries) >= 3 and sum(k > 0 for k in ks) == P.trial_steps * len(tries)
+        earned = P.try_share * (c.best_case() - 1.0) * c.costs.T(1) * 2000
+        # the first tries in a row earn at a higher share (P.first_try_share, halved by each
+        # failure): at most those tries' prices over P.try_share's budget
+        first = math.ceil(math.log2(P.first_try_share / P.try_share))
         assert len(tries) * c.tries.price <= earned + first * c.tries.price
-        assert c.tries.failed == len(tries) and c.tries.budget.share == TRY_SHARE
+        assert c.tries.failed == len(tries) and c.tries.budget.share == P.try_share
 
     @staticmethod
     def tries_after_rejections(verify, t_draft) -> list[int]:
@@ -216,18 +218,18 @@ class TestTries:
         # each failed try lowers the acceptance, so the next is priced a little higher
         f16 = {1: 1.0, 2: 1.03, 3: 1.11, 4: 1.16, 6: 1.28, 8: 1.7, 9: 1.78}
         gaps = self.tries_after_rejections(f16, 0.2)
-        assert len(gaps) > 10 and gaps[0] <= 16 + TRIAL_STEPS and max(gaps) < 40, gaps
+        assert len(gaps) > 10 and gaps[0] <= 16 + P.trial_steps and max(gaps) < 40, gaps
 
     def test_where_a_draft_pass_is_dear_tries_are_far_apart(self):
         # compute-bound, a draft pass 0.4 T(1): drafting could win 27 % at best; the first
-        # retry comes sooner (FIRST_TRY_SHARE), and each failure puts the next further off
+        # retry comes sooner (P.first_try_share), and each failure puts the next further off
         q4 = {1: 1.0, 2: 1.45, 3: 1.7, 4: 1.72, 6: 2.4, 8: 2.9, 9: 3.2}
         gaps = self.tries_after_rejections(q4, 0.4)
         assert len(gaps) >= 2 and gaps[0] >= 20 and min(gaps[1:]) >= 60 and gaps == sorted(gaps), gaps
 
     # The F16 target with the 0.5B draft on 2 Zen 4 cores (docs/benchmarks.md, 2026-12-02):
     # T(n)/T(1), a draft pass 0.26 T(1), and the draft reads a token in 0.061 T(1), which is more
-    # than TRY_SHARE earns a step (about 0.047 T(1)): a catch-up that grows by a token a step
+    # than P.try_share earns a step (about 0.047 T(1)): a catch-up that grows by a token a step
     ZEN4 = {1: 1.0, 2: 1.42, 3: 1.57, 4: 1.66, 6: 1.90, 8: 2.61}
 
     def vetoed_on_zen4(self) -> AdaptiveController:
@@ -238,7 +240,7 @@ class TestTries:
         costs.draft.observe_read(100, 6.1)
         c = AdaptiveController(costs, draft_max=16)
         k = c.model_k()
-        for _ in range(TRIAL_STEPS):
+        for _ in range(P.trial_steps):
             c.observe(k, k - 1)
             c.observe_rate(k, 1.8 * step_seconds(c.costs, k))
         assert k > 0 and not c.on() and c.guard.rate * c.costs.T(1) < 0.7 and c.model_k() > 0
@@ -249,41 +251,41 @@ class TestTries:
         behind = [0]
         while (choice := c.choose(lambda: behind[0])).k == 0 and behind[0] < 200:
             behind[0] += 1  # the draft falls a token further behind each step
-        assert behind[0] <= 25, behind  # (19; before FIRST_TRY_SHARE and the fading, none in 400 steps)
+        assert behind[0] <= 25, behind  # (19; before P.first_try_share and the fading, none in 400 steps)
         while not c.guard.judged:  # the machine is quiet again: the try's steps take their modelled time
             c.observe(choice.k, choice.k)
             c.observe_rate(choice.k + 1, step_seconds(c.costs, choice.k))
             choice = c.choose()
-        assert c.on() and c.resumed and c.tries.failed == 0 and c.tries.budget.share == FIRST_TRY_SHARE
+        assert c.on() and c.resumed and c.tries.failed == 0 and c.tries.budget.share == P.first_try_share
 
     def test_what_a_slow_trial_lost_fades_with_the_steps_since(self):
         c = self.vetoed_on_zen4()
         rates = c.speeds()
         k = c.model_k(rates)
         now, later = (price_of_try(c.costs, rates, k, c.guard, None, n) for n in (0, 14))
-        assert later == pytest.approx(now * DECAY**14)
+        assert later == pytest.approx(now * P.decay**14)
         floor = price_of_try(c.costs, rates, k, None, None)  # what the model alone expects: the floor
         assert price_of_try(c.costs, rates, k, c.guard, None, 400) == pytest.approx(floor)
 
     def test_the_countdown_counts_the_catch_up_growing_and_says_when_it_outgrows_the_budget(self):
         # the same no on the Zen 4's costs, after two failed tries in a row (the share is
-        # FIRST_TRY_SHARE / 4, about 0.04 T(1) a step): each step off adds a token, 0.061 T(1),
+        # P.first_try_share / 4, about 0.04 T(1) a step): each step off adds a token, 0.061 T(1),
         # to the draft's catch-up, so the budget never covers the price and no try comes
         c = self.vetoed_on_zen4()
-        c.tries.failed, c.tries.budget.share = 2, FIRST_TRY_SHARE / 4
+        c.tries.failed, c.tries.budget.share = 2, P.first_try_share / 4
         behind = [READ_MIN]
         waits, lines = [], []
         for _ in range(60):
             assert c.choose(lambda: behind[0]).k == 0
             behind[0] += 1
-            state = explain(c)
+            state = said(c)
             waits.append(state.next_try_in)
             lines.append(state.line)
         assert c.tries.growth == pytest.approx(c.costs.read(1)) and c.tries.growth > c.tries.earning
-        assert c.tries.outpaced and waits[-1] is None and explain(c).outpaced
-        said = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
-        assert lines[-1].endswith(said)
-        assert explain(c).as_dict()["outpaced"] is True
+        assert c.tries.outpaced and waits[-1] is None and said(c).outpaced
+        ending = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
+        assert lines[-1].endswith(ending)
+        assert said(c).as_dict()["outpaced"] is True
 
     def test_a_countdown_under_a_growing_catch_up_is_kept(self):
         # where a step earns more than the catch-up grows, the wait said is the wait there is
@@ -297,7 +299,7 @@ class TestTries:
         assert c.choose(lambda: behind[0]).k == 0
         behind[0] += 1
         assert c.choose(lambda: behind[0]).k == 0
-        wait = explain(c).next_try_in
+        wait = said(c).next_try_in
         assert wait is not None and wait > 2 and not c.tries.outpaced
         ks = []
         for _ in range(wait + 1):
@@ -324,9 +326,9 @@ class TestTries:
             tries.started = True
             tries.judged(False)
             shares.append(tries.budget.share)
-        assert shares == [FIRST_TRY_SHARE / 2, FIRST_TRY_SHARE / 4, TRY_SHARE, TRY_SHARE] and tries.failed == 4
+        assert shares == [P.first_try_share / 2, P.first_try_share / 4, P.try_share, P.try_share] and tries.failed == 4
         tries.judged(True)
-        assert tries.budget.share == FIRST_TRY_SHARE and tries.failed == 0 and not tries.started
+        assert tries.budget.share == P.first_try_share and tries.failed == 0 and not tries.started
 
 
 class TestMeasuredGuard:
@@ -334,15 +336,15 @@ class TestMeasuredGuard:
         c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), draft_max=8)
         c.begin_reply()
         assert c.choose().k > 0  # the model likes drafting...
-        for _ in range(OPENING_STEPS):  # (the reply's opening keeps it on)
+        for _ in range(P.opening_steps):  # (the reply's opening keeps it on)
             c.choose()
-        for _ in range(TRIAL_STEPS):
+        for _ in range(P.trial_steps):
             c.observe_rate(n_tokens=1, seconds=1.5)  # ...but each drafting step made 0.67 tok/s < 1
         assert c.choose().k == 0
 
     def test_a_new_trial_follows_and_can_switch_drafting_back_on(self):
         c = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), draft_max=8)
-        for _ in range(TRIAL_STEPS):
+        for _ in range(P.trial_steps):
             c.observe_rate(1, 1.5)
         ks = []
         for _ in range(60):
@@ -366,8 +368,8 @@ class TestMeasuredGuard:
         assert steps[0].k > 0  # the model liked drafting
         ks = [s.k for s in steps]
         off = ks.index(0)  # after the opening and the guard's trial
-        assert off <= OPENING_STEPS + TRIAL_STEPS + 1
-        assert sum(k > 0 for k in ks[off:]) <= TRIAL_STEPS and c.tries.failed == 1  # one try, which failed
+        assert off <= P.opening_steps + P.trial_steps + 1
+        assert sum(k > 0 for k in ks[off:]) <= P.trial_steps and c.tries.failed == 1  # one try, which failed
         plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), FixedController(CostModel({1: 1.0}), 0))
         assert [t for s in steps for t in s.emitted] == [
             t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted
@@ -387,7 +389,7 @@ class TestMeasuredGuard:
         assert c.on() and c.guard.rate * 0.0105 > 1.4
         slow = NoisyOracleDrafter(fn, alpha=0.95, clock=clock, t_draft=0.015, seed=3)
         ks = [s.k for s in SpeculativeEngine(target, slow, c).generate([7, 8, 9, 10, 11], GREEDY, 60)]
-        assert ks[: OPENING_STEPS + 4] == [4] * (OPENING_STEPS + 2) + [0, 0]
+        assert ks[: P.opening_steps + 4] == [4] * (P.opening_steps + 2) + [0, 0]
 
 
 class TestOpening:
@@ -396,11 +398,11 @@ class TestOpening:
 
     F16 = {1: 1.0, 2: 1.03, 3: 1.11, 4: 1.16, 5: 1.25, 6: 1.28, 8: 1.7, 9: 1.78}
 
-    def reply(self, monkeypatch, opening_steps=OPENING_STEPS, prior=None, slow=1.0) -> list[int]:
+    def reply(self, policy=P, slow=1.0) -> list[int]:
         """``slow``: the opening's steps took that many times what the costs gave them (a
         first verify of a size building its graph, a draft model's first passes)."""
-        monkeypatch.setattr("localspec.core.controller.OPENING_STEPS", opening_steps)
-        c = AdaptiveController(CostModel({n: t for n, t in self.F16.items() for _ in range(3)}, 0.2), 8, prior=prior)
+        costs = CostModel({n: t for n, t in self.F16.items() for _ in range(3)}, 0.2)
+        c = AdaptiveController(costs, 8, policy=policy)
         c.begin_reply()
         ks = []
         for step in range(40):
@@ -412,15 +414,16 @@ class TestOpening:
                 c.observe_rate(n_accepted + 1, (slow if step < 5 else 1.0) * (k * 0.2 + c.costs.T(k + 1)))
         return ks
 
-    def test_a_rejected_opening_does_not_switch_drafting_off(self, monkeypatch):
-        ks = self.reply(monkeypatch, slow=1.5)
+    def test_a_rejected_opening_does_not_switch_drafting_off(self):
+        ks = self.reply(slow=1.5)
         assert all(ks) and sum(ks[10:]) >= 30 * 4
 
-    def test_without_the_opening_only_slow_steps_did(self, monkeypatch):
+    def test_without_the_opening_only_slow_steps_did(self):
         # rejections alone are the acceptance estimate's to weigh, even from a weak prior...
-        assert all(self.reply(monkeypatch, opening_steps=0, prior=(PRIOR_ALPHA, 4.0)))
+        no_opening = replace(P, opening_steps=0, prior_weight=4.0)
+        assert all(self.reply(no_opening))
         # ...but steps slower than the costs say make the guard say no
-        ks = self.reply(monkeypatch, opening_steps=0, prior=(PRIOR_ALPHA, 4.0), slow=1.5)
+        ks = self.reply(no_opening, slow=1.5)
         assert sum(k == 0 for k in ks) >= 5
 
 
@@ -499,8 +502,40 @@ CASES = {
 }
 
 
+class TestRefusals:
+    """A draft that proposes nothing stops costing: each pass that refuses its first token is
+    one rejection, so drafting switches off within one opening and tries stay rare."""
+
+    @pytest.mark.parametrize("curve, t_draft", [(f16_cpu, 0.033), (cpu_linear, 0.005)], ids=["f16", "q4"])
+    def test_a_draft_that_refuses_every_token_costs_almost_nothing(self, monkeypatch, curve, t_draft):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        costs = CostModel({n: curve(n) for n in (1, 2, 3, 4, 6, 8)}, t_draft)
+        alone = list(
+            SpeculativeEngine(TimedModel(fn, V, clock, lambda n, call: curve(n))).generate(PROMPT, GREEDY, 200)
+        )
+        t_alone, clock.now = clock.now, 0.0
+        drafter = RefusingDrafter(clock, t_draft)
+        target = TimedModel(fn, V, clock, lambda n, call: curve(n))
+        steps = list(SpeculativeEngine(target, drafter, AdaptiveController(costs, 8)).generate(PROMPT, GREEDY, 200))
+        assert [t for s in steps for t in s.emitted] == [t for s in alone for t in s.emitted]
+        # the prior (16 verdicts at 0.75) gives way within about 16 refusals on the flattest
+        # curve, and each try then ends at its first refusal: one pass
+        assert drafter.passes <= 0.15 * len(steps)
+        assert t_alone / clock.now >= 0.97, (drafter.passes, t_alone / clock.now)
+
+    def test_refusals_are_counted_as_rejections(self):
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16}, 0.2), 8)
+        before = ctl.alpha
+        ctl.observe(0, 0, refused=True)
+        assert ctl.alpha < before
+        ctl.observe(0, 0)  # a step that drafted nothing and ran no pass: no verdict
+        assert ctl.alpha == pytest.approx(before * P.decay * P.prior_weight / (P.decay * P.prior_weight + 1))
+
+
 class TestConvergence:
-    """Within 300 tokens (about 100 steps, of which at most one in EXPLORE_EVERY measures a
+    """Within 300 tokens (about 100 steps, of which at most one in P.explore_every measures a
     size) the last 30 steps' k are as good as the best k for the true curve."""
 
     @pytest.mark.parametrize("case", CASES)
@@ -551,20 +586,20 @@ class TestConvergence:
     @pytest.mark.parametrize("case", CASES)
     def test_exploring_costs_at_most_its_budget(self, monkeypatch, case):
         # even where sizes past the calibrated ones are costly (the compute-bound curve), the
-        # padded verifies cost at most EXPLORE_SHARE of the decode time (+ a margin for the
+        # padded verifies cost at most P.explore_share of the decode time (+ a margin for the
         # first measurement, which the budget lets through once it has been earned)
         curve, alpha, t_draft = CASES[case]
         run_timed(monkeypatch, curve, alpha, 0.0, 400, calibrate_sizes=(1, 2))
         steps = run_timed.steps
         extra = sum(curve(s.measured) - curve(len(s.drafted) + 1) for s in steps if s.measured)
-        assert extra <= (EXPLORE_SHARE + 0.01) * sum(s.step_seconds for s in steps)
+        assert extra <= (P.explore_share + 0.01) * sum(s.step_seconds for s in steps)
 
     @pytest.mark.parametrize("case", CASES)
     def test_exploration_is_rare(self, monkeypatch, case):
         curve, alpha, t_draft = CASES[case]
         run_timed(monkeypatch, curve, alpha, t_draft, 300, calibrate_sizes=(1, 2))
         measured = [s.measured for s in run_timed.steps]
-        assert sum(m > 0 for m in measured) <= len(measured) / EXPLORE_EVERY + 1
+        assert sum(m > 0 for m in measured) <= len(measured) / P.explore_every + 1
 
 
 # --- tries and the draft model's catch-up ----------------------------------------------------
@@ -581,7 +616,7 @@ def draft_pass(n):  # the 0.5B draft here: a pass 0.47 T(1), reading 60 tokens a
 class TestTriesPayForTheCatchUp:
     """A try of drafting after a stretch without it makes the draft model read every token
     since: on a compute-bound target that read costs several target passes, so tries spend
-    a budget (TRY_SHARE of drafting's best case) and cannot make the target slower."""
+    a budget (P.try_share of drafting's best case) and cannot make the target slower."""
 
     def chat(self, monkeypatch, draft_seed, replies=12, tokens=96, p_min=0.0):
         clock = VirtualClock()
@@ -607,7 +642,7 @@ class TestTriesPayForTheCatchUp:
     def test_a_draft_that_never_agrees_costs_at_most_the_budget(self, monkeypatch):
         # a draft unrelated to the target: every try fails, and pays for its catch-up
         ctl, drafting, alone = self.chat(monkeypatch, draft_seed=4)
-        budget = TRY_SHARE * (ctl.best_case() - 1.0)
+        budget = P.try_share * (ctl.best_case() - 1.0)
         assert drafting <= (1.0 + budget + 0.01) * alone, drafting / alone
         assert ctl.drafted  # it did try (its first reply)
 
@@ -625,8 +660,8 @@ class TestTriesPayForTheCatchUp:
         prompt = [5 + j % 40 for j in range(60)]
         steps = list(engine.generate(prompt, GREEDY, 32))
         assert draft.cached[:59] == prompt[:59]  # read with the prompt
-        assert [s.k for s in steps[: OPENING_STEPS + 1]] == [0] * OPENING_STEPS + [PROBE_K]  # after the opening
-        assert steps[OPENING_STEPS].draft_seconds < draft_pass(READ_MIN)  # a few tokens to read, not the prompt
+        assert [s.k for s in steps[: P.opening_steps + 1]] == [0] * P.opening_steps + [P.probe_k]  # after the opening
+        assert steps[P.opening_steps].draft_seconds < draft_pass(READ_MIN)  # a few tokens to read, not the prompt
         assert ctl.drafted and not ctl.on() and not ctl.wants_prefill()
 
 
@@ -686,21 +721,21 @@ class TestGatedLookup:
             for i in range(40):
                 ctl.observe(3, 1 if i % 4 else 0)
         assert before.alpha < 0.5 and before.model_k() == 0  # one acceptance for all: off
-        assert gated.choose().k == 16 and explain(gated).on  # the gate decides each match
-        assert "as much of each match as matches of its length have earned" in explain(gated).line
+        assert gated.choose().k == 16 and said(gated).on  # the gate decides each match
+        assert "as much of each match as matches of its length have earned" in said(gated).line
 
     def test_where_nothing_could_pay_a_gated_controller_is_off_and_its_guard_still_works(self):
         linear = AdaptiveController(CostModel(LINEAR), 16, gated=True)
-        assert linear.choose().k == 0 and not explain(linear).on and explain(linear).next_try_in is None
+        assert linear.choose().k == 0 and not said(linear).on and said(linear).next_try_in is None
         # nearly linear: perfect copies would gain 10 %, but not the 15 % that trying needs
         steep = AdaptiveController(CostModel({n: 0.9 * n + 0.1 for n in range(1, 18)}), 16, gated=True)
         for _ in range(100):
             steep.observe(8, 8)
-        assert steep.best_k() > 0 and steep.choose().k == 0 and not explain(steep).on
+        assert steep.best_k() > 0 and steep.choose().k == 0 and not said(steep).on
         ctl = AdaptiveController(CostModel({n: q4_cpu(n) for n in (1, 2, 4, 8, 16)}), 16, gated=True)
-        for _ in range(TRIAL_STEPS):
+        for _ in range(P.trial_steps):
             ctl.observe_rate(1, 2 * q4_cpu(1))  # proposing steps ran at half the target's speed
-        assert ctl.choose().k == 0 and "drafting measured" in explain(ctl).line
+        assert ctl.choose().k == 0 and "drafting measured" in said(ctl).line
         ks = [ctl.choose().k for _ in range(400)]
         assert ks[0] == 0 and 16 in ks  # a new trial, once the budget affords it
 
@@ -725,7 +760,7 @@ class TestExplain:
     def test_compute_bound_cpu_is_off_for_good_with_the_numbers(self):
         # a Q4 target on 2 cores: a draft pass 0.62 T(1), checking 2 tokens 1.9 passes
         costs = CostModel({n: 0.05 * (0.1 + 0.9 * n) for n in range(1, 10)}, t_draft=0.031)
-        state = explain(AdaptiveController(costs, draft_max=8))
+        state = said(AdaptiveController(costs, draft_max=8))
         assert not state.on and state.k == 0 and state.next_try_in is None
         assert state.draft_cost == pytest.approx(0.62) and state.verify_cost == pytest.approx(1.9)
         assert state.line.startswith(
@@ -737,7 +772,7 @@ class TestExplain:
         ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), draft_max=8)
         for _ in range(20):
             ctl.observe(5, 5)
-        state = explain(ctl)
+        state = said(ctl)
         assert state.on and state.k > 1 and state.expected_speedup > 1.3
         assert state.line.startswith(f"on: k={state.k}, expected ") and "a draft token costs 0.20" in state.line
         assert "sure" not in state.line  # not extended: k is the draft_max
@@ -746,7 +781,7 @@ class TestExplain:
         )
         for _ in range(20):
             wide.observe(5, 5)
-        assert wide.choose().k < 16 and explain(wide).line.endswith("; up to 16 while the draft is sure of every token")
+        assert wide.choose().k < 16 and said(wide).line.endswith("; up to 16 while the draft is sure of every token")
 
     def poor(self) -> AdaptiveController:
         ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2, 9: 3.4}, t_draft=0.15), draft_max=8)
@@ -757,7 +792,7 @@ class TestExplain:
     def test_poor_acceptance_is_off_and_says_when_it_tries_again(self):
         ctl = self.poor()
         assert ctl.choose().k == 0
-        state = explain(ctl)
+        state = said(ctl)
         wait = math.ceil((ctl.tries.price - ctl.tries.budget.credit) / ctl.tries.earning)
         assert not state.on and "at the measured acceptance (" in state.line and wait > 1
         assert state.next_try_in == wait and f"tries again in {wait} steps" in state.line
@@ -769,38 +804,38 @@ class TestExplain:
         ctl.costs.draft.observe_read(100, 2.0)  # reading costs 0.02 s a token: 500 tokens, 10 passes
         assert ctl.choose(lambda: 500).k == 0
         assert ctl.tries.price > 10.0  # the catch-up and the trial's loss
-        wait = explain(ctl).next_try_in
-        assert wait is not None and wait > 10 and f"tries again in {wait} steps" in explain(ctl).line
+        wait = said(ctl).next_try_in
+        assert wait is not None and wait > 10 and f"tries again in {wait} steps" in said(ctl).line
         ks = [ctl.choose(lambda: 500).k for _ in range(wait + 1)]
         assert not any(ks[:-2]) and any(ks[-2:])
 
     def test_the_guard_says_what_it_measured_and_a_try_that_pays_says_so(self):
         ctl = AdaptiveController(CostModel(dict(CHEAP), t_draft=0.1), draft_max=8)
-        for _ in range(TRIAL_STEPS):
+        for _ in range(P.trial_steps):
             ctl.observe_rate(1, 1.5)
-        state = explain(ctl)
+        state = said(ctl)
         assert not state.on and "drafting measured 0.7 tok/s against 1.0 tok/s for the target alone" in state.line
         for _ in range(400):  # wait for the next trial, which measures 3 tok/s
             if ctl.choose().k:
                 ctl.observe_rate(3, 1.0)
             if ctl.resumed:
                 break
-        assert explain(ctl).on and "a try found drafting pays again" in explain(ctl).line
+        assert said(ctl).on and "a try found drafting pays again" in said(ctl).line
 
     def test_off_says_that_copies_are_still_proposed_where_the_mode_copies(self):
         ctl = self.poor()
         copies = "; copies from the context still proposed where a match is trusted"
-        assert explain(ctl, copies=True).line == explain(ctl).line + copies
-        assert explain(ctl, copies=True).as_dict()["copies"] is True and copies not in explain(ctl).line
+        assert said(ctl, copies=True).line == said(ctl).line + copies
+        assert said(ctl, copies=True).as_dict()["copies"] is True and copies not in said(ctl).line
         on = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), draft_max=8)
-        assert explain(on, copies=True).on and not explain(on, copies=True).copies  # on: the line says k
+        assert said(on, copies=True).on and not said(on, copies=True).copies  # on: the line says k
         ctx = ModeContext(FakeModel(hashed_logits(1, 8), 8), FakeModel(hashed_logits(2, 8), 8), ctl.costs)
         assert draft_model(ctx).copies and not draft_model(replace(ctx, copy=False)).copies
         assert not draft_model(replace(ctx, adaptive=False)).copies and not prompt_lookup(ctx).copies
 
     def test_fixed_and_target_alone(self):
-        assert explain(FixedController(CostModel({1: 1.0}), 0)).line == "off: the target alone (no draft mode chosen)"
-        assert explain(FixedController(CostModel({1: 1.0}), 5)).line == "on: k=5 every step (fixed: --no-adapt)"
+        assert said(FixedController(CostModel({1: 1.0}), 0)).line == "off: the target alone (no draft mode chosen)"
+        assert said(FixedController(CostModel({1: 1.0}), 5)).line == "on: k=5 every step (fixed: --no-adapt)"
 
 
 class TestFixed:

@@ -1,6 +1,7 @@
 """The drafter seam, prompt lookup and the model drafter's confidence stop."""
 
 import inspect
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from localspec.core import costs as costs_module
-from localspec.core.controller import AdaptiveController, FixedController
+from localspec.core.controller import AdaptiveController, FixedController, pick_copy
 from localspec.core.costs import CostModel
 from localspec.core.drafters import (
+    Draft,
     Drafter,
     ModelDrafter,
     NoDrafter,
@@ -19,9 +21,11 @@ from localspec.core.drafters import (
     find_latest_ngram,
 )
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.policy import DEFAULT as P
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 from tests.support.fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits
+from tests.support.forced import fixed
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -40,14 +44,14 @@ class TestDrafterProtocol:
     @pytest.mark.parametrize("drafter", DRAFTERS, ids=lambda d: type(d).__name__)
     def test_every_drafter_has_the_protocol_s_methods_with_its_parameters(self, drafter):
         assert isinstance(drafter, Drafter)
-        for method in ("draft", "copy", "prefill", "observe"):
+        for method in ("draft", "prefill", "observe"):
             want = list(inspect.signature(getattr(Drafter, method)).parameters)[1:]  # without self
             assert list(inspect.signature(getattr(drafter, method)).parameters) == want, method
 
     def test_the_hooks_of_a_drafter_without_them_do_nothing(self):
         drafter = OracleDrafter(1, [2, 3], 8)
         drafter.prefill([1])
-        drafter.observe(2, 1, (2, 5))
+        drafter.observe(Draft((2, 3)), (2, 1), (2, 5))
         assert drafter.draft([1], 2, GREEDY, None).ids == (2, 3)  # the hooks changed nothing
 
 
@@ -279,7 +283,7 @@ class TestLookupGate:
         proposed = []
         for _ in range(40):  # the text now repeats: each step keeps what the match said
             proposed.append(len(d.draft(ctx, 3, GREEDY, None).ids))
-            d.observe(0, 0, (7,))  # the step drafted nothing and kept the target's 7
+            d.observe(d.draft(ctx, 3, GREEDY, None), None, (7,))  # another proposal was verified; 7 kept
         assert proposed[0] == 0 and proposed[-1] > 0  # blocked at first, trusted again later
         assert gate.alpha(2) > 0.6
 
@@ -287,11 +291,12 @@ class TestLookupGate:
         gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
         d = PromptLookupDrafter(max_ngram=2, min_ngram=2, gate=gate)
         gate.observe(2, 1, 0)  # blocked: nothing is proposed
-        assert d.draft([5, 6, 7, 8, 1, 5, 6], 3, GREEDY, None).ids == ()
+        proposal = d.draft([5, 6, 7, 8, 1, 5, 6], 3, GREEDY, None)
+        assert proposal.ids == ()
         before = list(gate.counts[2])
-        d.observe(0, 0, (7, 9))  # 7 agreed, 9 did not (8 was the match's)
+        d.observe(proposal, (0, 0), (7, 9))  # 7 agreed, 9 did not (8 was the match's)
         assert gate.counts[2] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
-        d.observe(0, 0, (7, 9))  # no new match since: nothing to score
+        d.observe(Draft(), (0, 0), (7, 9))  # a step that found no match: nothing to score
         assert gate.counts[2] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
 
     def test_one_rejection_blocks_an_unseen_length_where_a_row_is_dear(self):
@@ -315,8 +320,9 @@ class TestLookupGate:
         gate = LookupGate(CostModel({1: 1.0, 2: 1.1, 4: 1.3}))
         d = PromptLookupDrafter(max_ngram=3, min_ngram=2, gate=gate)
         ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]  # only a 2-gram match ("2 3")
-        assert d.draft(ctx, 3, GREEDY, None).ids == (7, 8)  # alpha 0.5: E(2) / T(3) beats E(3) / T(4)
-        d.observe(2, 0)
+        proposal = d.draft(ctx, 3, GREEDY, None)
+        assert proposal.ids == (7, 8)  # alpha 0.5: E(2) / T(3) beats E(3) / T(4)
+        d.observe(proposal, (2, 0), (9,))
         assert gate.counts[2][1] > 1.0 and 3 not in gate.counts
 
     def test_greedy_output_is_the_targets_with_the_gate(self, monkeypatch):
@@ -335,8 +341,16 @@ class TestLookupGate:
         assert sum(len(s.drafted) for s in steps) > 0 and gate.counts
 
 
-class TestModelDrafterWithLookup:
-    """Beside a draft model, a trusted copy from the context replaces the model's draft."""
+class TestCopiesBesideADraftModel:
+    """Beside a draft model, a copy from the context trusted enough is verified in its place
+    (``controller.pick_copy``), and every match is scored against what the step kept."""
+
+    CTX = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]  # "1 2 3" came before, then 4 5 6 ...
+
+    @staticmethod
+    def lookup(prior=(3.0, 1.0)):  # unseen match lengths start at alpha 0.75
+        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+        return PromptLookupDrafter(gate=LookupGate(costs, replace(P, copy_prior=prior)))
 
     @staticmethod
     def counting_model():
@@ -350,80 +364,68 @@ class TestModelDrafterWithLookup:
 
         return FakeModel(fn, 20), calls
 
-    def _drafter(self, model):
-        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        trusting = LookupGate(costs, (3.0, 1.0))  # unseen match lengths start at alpha 0.75: copied
-        return ModelDrafter(model, 20, p_min=0.0, costs=costs).with_lookup(PromptLookupDrafter(gate=trusting))
+    def test_a_match_trusted_enough_is_picked(self):
+        copy = self.lookup().draft(self.CTX, 16, GREEDY, None)
+        assert copy.ids[:4] == (4, 5, 6, 7) and copy.alpha == pytest.approx(0.75) and not copy.copied
+        assert pick_copy([copy], 2, P) is copy
+        assert pick_copy([copy], 0, P) is None  # 0.75: enough beside the model, not in place of the target
+        assert pick_copy([replace(copy, alpha=0.9)], 0, P) is not None
+        assert pick_copy([replace(copy, ids=copy.ids[:1])], 2, P) is None  # shorter than policy.min_copy
 
-    def test_a_trusted_match_is_copied_past_k_without_a_draft_pass(self):
-        model, calls = self.counting_model()
-        d = self._drafter(model)
-        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]  # "1 2 3" came before, then 4 5 6 ...
-        got = d.draft(ctx, 2, GREEDY, None)
-        assert got.ids[:4] == (4, 5, 6, 7) and len(got.ids) > 2
-        assert calls == [] and got.n_evals == 0
-
-    def test_an_untrusted_match_leaves_it_to_the_model_and_is_scored_in_the_shadow(self):
-        model, calls = self.counting_model()
-        d = self._drafter(model)
+    def test_an_unused_match_is_scored_against_what_the_step_kept(self):
+        d = self.lookup()
         for _ in range(20):  # 3-token matches keep failing
-            d.lookup.gate.observe(3, 4, 0)
-        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
-        got = d.draft(ctx, 2, GREEDY, None)
-        assert got.ids == (9, 9) and calls  # the model drafted
-        accepted, rejected = d.lookup.gate.counts[3]
-        d.observe(2, 0, (4,))  # the target's token agreed with the copy's first token
-        assert d.lookup.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
-        d.draft(ctx, 2, GREEDY, None)
-        d.observe(2, 0, (8,))  # and now it did not
-        assert d.lookup.gate.counts[3][1] > 0.95 * rejected
+            d.gate.observe(3, 4, 0)
+        copy = d.draft(self.CTX, 16, GREEDY, None)
+        assert pick_copy([copy], 2, P) is None
+        accepted, rejected = d.gate.counts[3]
+        d.observe(copy, None, (4,))  # the target's token agreed with the copy's first token
+        assert d.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
+        d.observe(d.draft(self.CTX, 16, GREEDY, None), None, (8,))  # and now it did not
+        assert d.gate.counts[3][1] > 0.95 * rejected
+
+    def test_a_verified_copy_teaches_the_gate_its_verdict(self):
+        d = self.lookup()
+        copy = d.draft(self.CTX, 16, GREEDY, None)
+        d.observe(copy, (5, 2), (4, 5, 9))
+        assert d.gate.counts[3] == pytest.approx([0.95 * 3 + 2, 0.95 * 1 + 1])
+
+    def test_in_the_engine_a_trusted_copy_costs_no_draft_pass_and_runs_past_k(self):
+        model, calls = self.counting_model()
+        target = FakeModel(lambda h: np.eye(20, dtype=np.float32)[(h[-1] + 1) % 20] * 10, 20)  # says t + 1
+        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+        ctl = fixed(2)
+        ctl.draft_max = 6  # a copy may run to the longest draft: it costs no pass
+        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=costs), ctl, (self.lookup(),))
+        step = next(engine.generate(self.CTX, GREEDY, 8))
+        assert step.drafted == (4, 5, 6, 7, 8, 10) and step.k == 2
+        assert calls == [len(self.CTX) - 1]  # the prompt read at the prefill, and no draft pass
+
+    def test_in_the_engine_a_verified_copy_is_judged_by_its_verify_not_by_what_followed(self):
+        model, _ = self.counting_model()
+        target = FakeModel(lambda h: np.eye(20, dtype=np.float32)[(h[-1] + 1) % 20] * 10, 20)  # says t + 1
+        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+        ctl, lookup = fixed(2), self.lookup()
+        ctl.draft_max = 6
+        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=costs), ctl, (lookup,))
+        step = next(engine.generate(self.CTX, GREEDY, 4))  # the budget cuts the copy to 3 tokens
+        assert step.drafted == (4, 5, 6) and step.n_accepted == 3
+        # the verify tested 3 and kept 3: no rejection (the match's 4th token, 7, was never tested)
+        assert lookup.gate.counts[3] == pytest.approx([0.95 * 3 + 3, 0.95 * 1])
+
+    def test_in_the_engine_an_untrusted_copy_leaves_the_step_to_the_model(self):
+        model, calls = self.counting_model()
+        target = FakeModel(lambda h: np.eye(20, dtype=np.float32)[(h[-1] + 1) % 20] * 10, 20)
+        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=costs), fixed(2), (self.lookup((1.0, 3.0)),))
+        step = next(engine.generate(self.CTX, GREEDY, 8))
+        assert step.drafted == (9, 9) and calls  # the model drafted
 
     def test_greedy_output_is_the_targets(self):
         fn = hashed_logits(5, 12, order=2)
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}, t_draft=0.1)
         drafter = ModelDrafter(FakeModel(hashed_logits(6, 12, order=2), 12), 12, costs=costs)
-        drafter.with_lookup(PromptLookupDrafter(costs=costs))
-        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, AdaptiveController(costs, 8))
+        copier = PromptLookupDrafter(costs=costs)
+        engine = SpeculativeEngine(FakeModel(fn, 12), drafter, AdaptiveController(costs, 8), (copier,))
         assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref
-
-    def test_a_step_that_drafts_nothing_teaches_the_gate_nothing(self):
-        model, _ = self.counting_model()
-        d = self._drafter(model)
-        for _ in range(20):
-            d.lookup.gate.observe(3, 4, 0)
-        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
-        d.draft(ctx, 2, GREEDY, None)
-        d.observe(2, 0, (4,))
-        counts = list(d.lookup.gate.counts[3])
-        d.observe(0, 0, (8,))  # the next step looked for no match (neither draft() nor copy() was called)
-        assert d.lookup.gate.counts[3] == counts
-
-    def test_with_no_drafts_asked_a_trusted_match_is_still_copied_and_another_only_scored(self):
-        model, calls = self.counting_model()
-        d = self._drafter(model)
-        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
-        assert d.copy(ctx, 16, GREEDY, None).ids == ()  # 0.75: enough beside the model, not in place of the target
-        assert d.draft(ctx, 2, GREEDY, None).copied and calls == []
-        d.lookup.gate.counts[3] = [9.0, 1.0]  # 0.9
-        got = d.copy(ctx, 16, GREEDY, None)
-        assert got.copied and got.ids[:4] == (4, 5, 6, 7) and got.n_evals == 0 and calls == []
-        for _ in range(20):  # 3-token matches keep failing: no longer trusted
-            d.lookup.gate.observe(3, 4, 0)
-        assert d.copy(ctx, 16, GREEDY, None).ids == () and calls == []
-        accepted, rejected = d.lookup.gate.counts[3]
-        d.observe(0, 0, (4,))  # the target's own token agreed with the match: trust earned back for free
-        assert d.lookup.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
-
-    def test_a_draft_model_without_lookup_copies_nothing(self):
-        model, calls = self.counting_model()
-        d = ModelDrafter(model, 20, costs=CostModel({1: 1.0, 2: 1.0}, t_draft=0.2))
-        assert d.copy([1, 2, 3, 4, 1, 2, 3], 16, GREEDY, None).ids == () and calls == []
-
-    def test_copies_stop_at_max_copy(self):
-        model, _ = self.counting_model()
-        costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0}, t_draft=0.2)  # rows are free
-        trusting = PromptLookupDrafter(gate=LookupGate(costs, (3.0, 1.0)))  # alpha 0.75: copied
-        d = ModelDrafter(model, 20, costs=costs).with_lookup(trusting, max_copy=3)
-        ctx = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]
-        assert d.draft(ctx, 1, GREEDY, None).ids == (4, 5, 6)

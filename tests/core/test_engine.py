@@ -1,5 +1,7 @@
 """The speculative loop on scripted fakes: greedy identity, stopping, rollback, the bonus token."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ from localspec.core.controller import AdaptiveController, Choice, FixedControlle
 from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.policy import DEFAULT as P
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 from tests.support.fakes import EOS, FakeModel, ScriptedDrafter, hashed_logits, oracle_greedy
@@ -186,9 +189,10 @@ class TestAdaptive:
         fn = hashed_logits(seed=1, n_vocab=V, order=1)  # the text falls into a cycle: n-grams recur
         costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=5.0)
         draft = FakeModel(hashed_logits(seed=4, n_vocab=V), V)
-        trusting = PromptLookupDrafter(gate=LookupGate(costs, (9.0, 1.0)))  # alpha 0.9: copied, even for the target
-        drafter = ModelDrafter(draft, V, costs=costs).with_lookup(trusting)
-        got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(costs, 8)))
+        # alpha 0.9: copied, even for the target
+        trusting = PromptLookupDrafter(gate=LookupGate(costs, replace(P, copy_prior=(9.0, 1.0))))
+        drafter = ModelDrafter(draft, V, costs=costs)
+        got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(costs, 8), (trusting,)))
         assert got == target_only(fn)[0]
         assert all(s.k == 0 for s in steps) and sum(s.n_accepted for s in steps) >= 5
         assert len(draft.decode_calls) <= 1  # at most the pass timed at the start (recheck_draft)

@@ -5,7 +5,6 @@ import pytest
 from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
 from localspec.core.modes import (
-    COPY_PRIOR,
     Drafting,
     DraftingMode,
     ModeContext,
@@ -16,6 +15,7 @@ from localspec.core.modes import (
     prompt_lookup,
     target_alone,
 )
+from localspec.core.policy import DEFAULT as P
 from tests.support.fakes import FakeModel, fixed_k, hashed_logits
 
 V = 32
@@ -41,16 +41,17 @@ class TestBuiltinModes:
         first, second = drafting.new_drafter(ReplySpec(p_min=0.3)), drafting.new_drafter(ReplySpec())
         assert isinstance(first, ModelDrafter) and isinstance(second, ModelDrafter)
         assert first is not second and first.p_min == 0.3 and second.p_min == 0.0
-        assert first.lookup is not None and second.lookup is not None
-        assert first.lookup.gate is second.lookup.gate and first.lookup.gate is not None
-        assert first.lookup.gate.prior == COPY_PRIOR and first.max_copy == 6
         assert first.costs is drafting.controller.costs  # the marginal rule's costs
+        assert drafting.copies and drafting.new_copiers is not None
+        (lookup,), (again,) = drafting.new_copiers(ReplySpec()), drafting.new_copiers(ReplySpec())
+        assert isinstance(lookup, PromptLookupDrafter) and lookup is not again
+        assert lookup.gate is again.gate and lookup.gate is not None and lookup.gate.prior == P.copy_prior
 
     @pytest.mark.parametrize("adaptive, copy", [(False, True), (True, False)])
     def test_draft_mode_without_copies(self, adaptive, copy):
         drafting = draft_model(context(draft_max=5, adaptive=adaptive, copy=copy))
         drafter = drafting.new_drafter(ReplySpec())
-        assert isinstance(drafter, ModelDrafter) and drafter.lookup is None
+        assert isinstance(drafter, ModelDrafter) and not drafting.copies
         # --no-adapt: every step drafts draft_max, stopped by p_min alone (no marginal rule)
         assert fixed_k(drafting.controller) == (None if adaptive else 5)
         assert (drafter.costs is None) == (not adaptive)

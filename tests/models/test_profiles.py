@@ -2,6 +2,7 @@
 
 import json
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -9,8 +10,9 @@ from localspec import lockedfile
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.controller import AdaptiveController
 from localspec.core.costs import CostModel
-from localspec.core.estimates import PRIOR_ALPHA, prior_from
+from localspec.core.estimates import prior_from
 from localspec.core.options import usable_cpus
+from localspec.core.policy import DEFAULT as P
 from localspec.core.sampling import SamplingParams
 from localspec.models.profiles import (
     ASSUMED_ALPHA,
@@ -63,8 +65,8 @@ class TestStore:
 
     def test_use_counts_rejections_for_the_acceptance_prior(self):
         assert Use(100, 1.0, 60, 40).prior() is None  # no rejections counted (an older profile)
-        alpha, weight = Use(100, 1.0, 60, 40, rejected=10).prior()
-        assert alpha == pytest.approx(prior_from(40, 10)[0]) and alpha > PRIOR_ALPHA
+        alpha = Use(100, 1.0, 60, 40, rejected=10).prior()
+        assert alpha == pytest.approx(prior_from(40, 10)) and alpha > P.prior_alpha
 
     def test_a_damaged_file_is_set_aside_and_started_again(self, tmp_path):
         path = tmp_path / "p.json"
@@ -94,6 +96,29 @@ class TestStore:
         with lockedfile.locked(store.path), pytest.raises(OSError, match="nothing was written"):
             store.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0)})  # Session.close catches OSError
         assert store.path.read_text() == before
+
+    def test_a_get_reads_the_file_only_when_it_changed(self, tmp_path, monkeypatch):
+        # a session asks for its pair's profile at each new way of drafting (a server request's
+        # own longest draft): a stat of the file then, not a parse of every profile in it
+        path = tmp_path / "p.json"
+        ProfileStore(path).update("k", tmp_path / "t.gguf", verify={1: 0.1})
+        store = ProfileStore(path)
+        reads, read_text = [], Path.read_text
+        monkeypatch.setattr(Path, "read_text", lambda p, *a, **kw: reads.append(p) or read_text(p, *a, **kw))
+        for _ in range(5):
+            assert store.get("k").verify == {1: 0.1}
+        assert reads == [path]
+        ProfileStore(path).update("k", tmp_path / "t.gguf", verify={1: 0.3})  # another process's update
+        assert store.get("k").verify_history == {1: [0.1, 0.3]}  # is seen at the next get
+
+    def test_an_update_builds_on_the_file_not_on_what_a_get_read(self, tmp_path):
+        path = tmp_path / "p.json"
+        app, server = ProfileStore(path), ProfileStore(path)  # two processes' stores
+        app.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0)})
+        assert app.get("k").use["none"].tokens == 10  # read, and kept by the app's store
+        server.update("k", tmp_path / "t.gguf", use={"none": Use(20, 2.0)})
+        app.update("k", tmp_path / "t.gguf", use={"none": Use(5, 0.5)})
+        assert ProfileStore(path).get("k").use["none"] == Use(35, 3.5)  # every reply counted once
 
     def test_the_key_changes_with_the_file_and_the_machine(self, tmp_path):
         f = tmp_path / "m.gguf"
@@ -194,7 +219,7 @@ class TestSessionKeepsProfiles:
         store = ProfileStore(tmp_path / "profiles.json")
         s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
         s.costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)  # costs where drafting pays
-        assert s.drafting("draft").controller.alpha == pytest.approx(PRIOR_ALPHA)  # untried: the default
+        assert s.drafting("draft").controller.alpha == pytest.approx(P.prior_alpha)  # untried: the default
         for _ in range(3):
             list(s.chat([{"role": "user", "content": "hello world the model"}], GREEDY, 24))
         s.close()
@@ -204,7 +229,7 @@ class TestSessionKeepsProfiles:
             counted = use[str(tiny_pair[1].resolve())]
             controller = again.drafting("draft").controller
             assert isinstance(controller, AdaptiveController) and counted.rejected > 0
-            assert controller.alpha == pytest.approx(prior_from(counted.accepted, counted.rejected)[0])
+            assert controller.alpha == pytest.approx(prior_from(counted.accepted, counted.rejected))
         finally:
             again.close()
 
@@ -276,7 +301,7 @@ class TestSessionKeepsProfiles:
         )
         counted.close()
         key = model_key(tiny_pair[0], auto.machine, usable_cpus(), auto.offload.target_layers)
-        assert auto._target_key() == counted._target_key() == key
+        assert auto.profile_keys.target == counted.profile_keys.target == key
         assert len(store.get(key).verify_history[1]) == 2  # both loads, one history
         assert not any("|tNone|" in k for k in store.load())
 

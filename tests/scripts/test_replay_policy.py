@@ -8,7 +8,6 @@ import pytest
 
 from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
-from localspec.core.engine import SpeculativeEngine
 from localspec.core.modes import ModeContext, ReplySpec, draft_model, target_alone
 from localspec.core.sampling import SamplingParams
 from tests.support.fakes import FakeModel, hashed_logits, oracle_greedy
@@ -35,7 +34,7 @@ def run(mode_name, target_fn, draft_model_, memo, monkeypatch):
     draft = replay_policy.MemoDraft(draft_model_, 0.2, 0.05, clock, memo)
     ctx = ModeContext(target, draft, CostModel(VerifyCurve(CURVE), DraftCost(0.2)), draft_max=8)
     mode = target_alone(ctx) if mode_name == "none" else draft_model(ctx)
-    engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(PROMPT))), mode.controller)
+    engine = mode.engine(target, ReplySpec(len(PROMPT)))
     steps = list(engine.generate(list(PROMPT), SamplingParams(), 24))
     return reply, steps, clock
 

@@ -132,6 +132,23 @@ class NoisyOracleDrafter(DrafterBase):
 
 def fixed_k(controller) -> int | None:
     """A fixed controller's k (``--no-adapt``, the target alone), None for an adaptive one."""
-    from localspec.core.controller import FixedController
+    from localspec.core.controller import Reason
 
-    return controller.k if isinstance(controller, FixedController) else None
+    choice = controller.state()
+    return choice.k if choice.reason is Reason.FIXED else None
+
+
+class RefusingDrafter(DrafterBase):
+    """A draft that runs a pass every step and stands behind nothing it sees (an MTP head or a
+    draft model that refuses every first token): each draft costs ``t_draft`` on ``clock``."""
+
+    name = "refusing"
+
+    def __init__(self, clock, t_draft: float) -> None:
+        self.clock, self.t_draft = clock, t_draft
+        self.passes = 0
+
+    def draft(self, context, k, params, rng, draft_max=0):
+        self.passes += 1
+        self.clock.now += self.t_draft
+        return Draft((), n_evals=1)

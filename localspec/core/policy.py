@@ -1,0 +1,135 @@
+"""Every tunable of the draft-length decision, in one place.
+
+A :class:`Policy` is built once (the defaults, or ``localspec bench --replay --set NAME=VALUE``)
+and passed down: the controller, the estimates, the budgets, the rules and the drafters read
+their tunables from the one they were given, never from a module constant, so an override
+reaches every user of a value. Each field says why it has its value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Policy:
+    # --- what the pair accepts -----------------------------------------------------------
+    decay: float = 0.95
+    """Verdicts fade by this a step (acceptance, lookup lengths, confidence calibration), so
+    text of a new kind (prose after code) shows within about 20 steps."""
+    prior_alpha: float = 0.75
+    """An untried pair starts in the middle of what same-family pairs agree on at greedy (about
+    0.67 on chat to 0.96 on edits of given code)."""
+    prior_weight: float = 16.0
+    """The prior weighs this many verdicts, so one rejected draft moves 0.75 to 0.71 rather than
+    switching drafting off; a profile's prior has the same weight."""
+
+    # --- the speed guard ---------------------------------------------------------------------
+    trial_steps: int = 4
+    """Drafting steps judged together (the guard's trial, a try's length): one unlucky step
+    decides nothing."""
+    guard_ema: float = 0.2
+    """After its trial the guard's sums fade by this a step: it follows a change within about 5 steps."""
+    guard_carry: float = 2.0
+    """At a reply's start what the guard measured before weighs this many steps: new text is
+    judged on its own steps."""
+    mismatch: float = 1.1
+    """The guard says no only where its steps took more than this times their modelled time:
+    within it the costs held, and a slow trial was the text's acceptance, which the acceptance
+    estimate judges over more steps."""
+
+    # --- a reply's opening ---------------------------------------------------------------------
+    opening_steps: int = 6
+    """A reply's first steps never switch drafting off: chat models open with a phrase of their
+    own before what a draft predicts well."""
+
+    # --- tries while drafting is off -------------------------------------------------------------
+    optimistic_alpha: float = 0.95
+    """Drafting's best case: where even this acceptance cannot pay, it is never tried."""
+    probe_gain: float = 1.15
+    """... and the best case must pay by this much: a try also makes the draft model catch up on
+    every token since it last ran, which the speed model leaves out."""
+    probe_k: int = 2
+    """A try's draft length where the model wants none: cheap, and it tests two tokens."""
+    first_try_share: float = 0.25
+    """An off step earns tries this share of what drafting could win at best, so a cheap try
+    comes within a few steps; each failed try in a row halves it ..."""
+    try_share: float = 0.05
+    """... down to this, so tries that keep failing cost at most this share of the best case."""
+    loss_floor: float = 0.01
+    """A trial step is priced at no less than this share of its time: a try priced at nothing
+    would be made every step."""
+    banked_steps: int = 256
+    """The try budget holds at most this many steps' earnings: no bursts of tries."""
+    recheck_samples: int = 9
+    """A verdict of "never here" that rests on the draft pass is checked at each reply's start
+    until the pass's estimate holds this many samples, so a burst of load during the load's
+    three samples is outvoted."""
+    unmeasured_k: int = 4
+    """The draft length before anything is timed: a moderate start."""
+
+    # --- measuring verify sizes the curve is unsure of ------------------------------------
+    explore_margin: float = 0.3
+    """A size is measured where it would win were its estimate this much too high ..."""
+    explore_every: int = 16
+    """... at most once in this many steps ..."""
+    explore_share: float = 0.01
+    """... from a budget of this share of decode time: a size believed too dear is otherwise
+    never used, so never corrected."""
+
+    # --- how far one draft goes --------------------------------------------------------------
+    sure: float = 0.8
+    """A draft may run past k while every token's confidence is at least this: Leviathan's k
+    assumes the mean acceptance, which a run of confident tokens beats. Tokens of 0.8-0.95 are
+    accepted about as often as they say."""
+    min_gain: float = 1.05
+    """A proposal must promise this much over proposing nothing: the speed model leaves out a
+    step's Python work and bookkeeping, a few per cent together."""
+
+    # --- copies from the context (prompt lookup) ------------------------------------------
+    copy_prior: tuple[float, float] = (1.0, 1.0)
+    """A match length not seen yet starts at alpha 0.5 with the weight of two verdicts: where a
+    verify row is dear it proposes nothing until matches of the length have earned it; where a
+    row is nearly free it proposes from the first match."""
+    min_copy: int = 2
+    """Beside a draft model a copy must be at least this long ..."""
+    min_copy_alpha: float = 0.75
+    """... and its match length this trusted; shorter or shakier copies are left to the model."""
+    min_off_copy_alpha: float = 0.85
+    """In place of a step of the target alone the bar is higher: there a rejected copy costs its
+    whole verify against a step that could not have gone wrong."""
+
+    count_refusals: bool = True
+    """TEMPORARY (ablation): a draft pass that proposes nothing counts as one rejected token."""
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def with_setting(self, assignment: str) -> Policy:
+        """This policy with ``NAME=VALUE`` applied (``copy_prior=1,1``); an unknown name or a
+        value of the wrong kind is a ``ValueError`` that says what is known."""
+        name, sep, text = assignment.partition("=")
+        name = name.strip()
+        if not sep or name not in self.names():
+            raise ValueError(f"{assignment!r}: give NAME=VALUE with NAME one of: {', '.join(self.names())}")
+        current = getattr(self, name)
+        value: Any
+        try:
+            if isinstance(current, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value = text.lower() in ("true", "1")
+            elif isinstance(current, tuple):
+                value = tuple(float(x) for x in text.split(","))
+                if len(value) != len(current):
+                    raise ValueError
+            else:
+                value = type(current)(text)
+        except ValueError:
+            raise ValueError(f"{assignment!r}: {name} takes a value like {current!r}") from None
+        return replace(self, **{name: value})
+
+
+DEFAULT = Policy()
