@@ -119,7 +119,7 @@ class PacedSession:
         self.yield_times: list[tuple[float, int]] = []  # (t, cumulative chars)
         self.lock = threading.Lock()
 
-    def drafting_state(self, mode=None, draft_max=None) -> DraftingState:
+    def drafting_state(self, mode=None, *, params=None) -> DraftingState:
         return DraftingState(True, self.burst - 1, "bench: a paced fake")
 
     def token_text(self, t: int) -> str:
@@ -202,7 +202,7 @@ async def bench(args) -> dict:
 
             return done()
 
-        Markdown.append = recording_append  # MarkdownStream calls widget.append(...)
+        Markdown.append = recording_append  # type: ignore[method-assign]  # MarkdownStream calls widget.append(...)
         original_paint = ReplyView.refresh_token_view
 
         def recording_paint(view, force=False):
@@ -211,7 +211,7 @@ async def bench(args) -> dict:
             if was_dirty and not view._token_view_dirty:
                 painted.append((time.perf_counter(), len(view.text)))
 
-        ReplyView.refresh_token_view = recording_paint
+        ReplyView.refresh_token_view = recording_paint  # type: ignore[method-assign]
         app.chat_screen.send("go")  # not pilot.press: the pilot waits for an idle screen, which a stream never is
         refresh0 = panel.refresh_count
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -223,8 +223,8 @@ async def bench(args) -> dict:
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
         refreshes = panel.refresh_count - refresh0
         text = app.conversation.history[-1].content
-        Markdown.append = original
-        ReplyView.refresh_token_view = original_paint
+        Markdown.append = original  # type: ignore[method-assign]
+        ReplyView.refresh_token_view = original_paint  # type: ignore[method-assign]
     on_screen = painted if args.colours else shown
     lags = []
     j = 0
@@ -234,6 +234,8 @@ async def bench(args) -> dict:
         if j < len(on_screen):
             lags.append(max(0.0, on_screen[j][0] - t_yield))
     lags.sort()
+    if not lags:  # a reply short enough to end before the stream's first update: its text came in one piece
+        lags = [float("nan")]
     return {
         "view": "token colours" if args.colours else "markdown",
         "tokens": args.tokens,
@@ -282,7 +284,7 @@ async def real_chat(args) -> None:
         print(f"  {k:<24}{v}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rate", type=float, default=300.0, help="tokens per second the fake engine yields")
     p.add_argument("--burst", type=int, default=9, help="most tokens per step")
@@ -300,7 +302,7 @@ def main() -> int:
     real.add_argument("--threads", type=int, default=None)
     real.add_argument("--inspector", action="store_true", help="show the step inspector")
     real.add_argument("--screenshot", help="save an SVG of the screen here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ.setdefault("LOCALSPEC_CONFIG_DIR", tmp)
         os.environ.setdefault("LOCALSPEC_DATA_DIR", tmp)

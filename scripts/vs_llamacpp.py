@@ -44,7 +44,7 @@ def theirs(args, prompt_file: Path, n_max: int) -> float | None:
     return float(m.group(3))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin", required=True, type=Path, help="llama-speculative-simple")
     p.add_argument("--target", required=True, type=Path)
@@ -54,7 +54,7 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=96)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=2)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     suite = {q["id"]: q for q in suites.load_suite("default")["prompts"]}
     ids, n_maxes = args.prompts.split(","), [int(n) for n in args.n_max.split(",")]
     session = Session.load(PairSpec(args.target, args.draft), LoadOptions(threads=args.threads))
@@ -80,9 +80,11 @@ def main() -> int:
     print("|---" * (len(n_maxes) + 3) + "|")
     for pid in ids:
         med = {m: statistics.median(v) for (q, m), v in speeds.items() if q == pid}
-        theirs_best = max(v for m, v in med.items() if m.startswith("n_max"))
+        theirs_best = max((v for m, v in med.items() if m.startswith("n_max")), default=None)
         cells = " | ".join(f"{med.get(f'n_max={n}', float('nan')):.1f}" for n in n_maxes)
-        print(f"| {pid} | {med['localspec auto']:.1f} | {cells} | {med['localspec auto'] / theirs_best:.2f} |")
+        # no ratio where every run of theirs failed (its output is printed above)
+        ratio = "—" if theirs_best is None else f"{med['localspec auto'] / theirs_best:.2f}"
+        print(f"| {pid} | {med['localspec auto']:.1f} | {cells} | {ratio} |")
     return 0
 
 
