@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -18,14 +19,21 @@ import pytest
 
 from localspec.cli import main
 from localspec.serve import guard, serving
-from tests.support.live_server import chat_body, health, post, running, slow_down, wait_for  # fixtures: conftest
+from tests.support.live_server import (  # and its fixtures `session` and `url` (conftest.pytest_plugins)
+    STUCK_S,
+    VirtualClock,
+    chat_body,
+    connect,
+    health,
+    hold,
+    port_of,
+    post,
+    running,
+    wait_for,
+)
 
 # the request of the issue's reproduction
 ISSUE_BODY = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-
-
-def port_of(base: str) -> int:
-    return int(base.rsplit(":", 1)[1])
 
 
 def error_of(r: httpx.Response) -> dict:
@@ -148,10 +156,6 @@ class TestCrossSite:
 
 
 # --- slow clients ------------------------------------------------------------------------------
-def connect(base: str) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port_of(base)), timeout=10)
-
-
 def read_to_end(sock: socket.socket, seconds: float = 10) -> bytes:
     """What the server sends until it closes the connection."""
     sock.settimeout(seconds)
@@ -178,72 +182,91 @@ def still_open(sock: socket.socket) -> bool:
     return False
 
 
-def dribble(sock: socket.socket, data: bytes, every: float) -> bytes:
-    """Send ``data`` a byte every ``every`` seconds until the server answers or closes, and
-    return what it sent (nothing is sent after its answer: a reset could drop the answer)."""
-    for byte in data:
+def dribble(sock: socket.socket, data: bytes, clock: VirtualClock, every: float) -> int:
+    """Send ``data`` a byte at a time, ``every`` seconds of the server's clock apart, while the
+    server has neither answered nor closed; how many bytes went (none after its answer: a reset
+    could drop the answer)."""
+    for sent, byte in enumerate(data):
         if not still_open(sock):
-            break
+            return sent
         sock.sendall(bytes([byte]))
-        time.sleep(every)
-    return read_to_end(sock)
+        clock.advance(every)
+    return len(data)
+
+
+def accepted(base: str) -> None:
+    """A request answered after every connection made before it: the server has taken those in
+    (it accepts in order), so their header deadlines have started."""
+    assert health(base)["status"] == "ok"
 
 
 HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 
 
 class TestSlowClients:
+    """The deadlines, 1 s each, on the server's ``VirtualClock``: 1.0 s passes when the test says."""
+
     def test_slow_headers_get_408_and_are_closed_while_others_are_served(self, session):
-        with running(session, header_timeout_s=1.0) as base:
-            began = time.monotonic()
+        clock = VirtualClock()
+        with running(session, clock=clock, header_timeout_s=1.0) as base:
             slow = [connect(base) for _ in range(20)]
             for sock in slow:
                 sock.sendall(HEAD)  # and never the rest
             assert post(base, chat_body()).status_code == 200
+            clock.advance(0.75)
             assert all(still_open(sock) for sock in slow)  # they were there while it was served
+            clock.advance(0.25)  # the deadline
             answers = [read_to_end(sock) for sock in slow]
-            waited = time.monotonic() - began
         for data in answers:
             assert data.startswith(b"HTTP/1.1 408 ") and b'"code": "request_timeout"' in data
-        assert 1.0 <= waited < 5
 
     def test_a_header_a_byte_at_a_time_is_cut_at_the_deadline(self, session):
-        with running(session, header_timeout_s=1.0) as base, connect(base) as sock:
-            began = time.monotonic()
-            data = dribble(sock, HEAD + b"X-Slow: " + b"a" * 100, every=0.1)
-            waited = time.monotonic() - began
-        assert data.startswith(b"HTTP/1.1 408 ") and 1.0 <= waited < 5
+        clock = VirtualClock()
+        with running(session, clock=clock, header_timeout_s=1.0) as base, connect(base) as sock:
+            accepted(base)
+            sent = dribble(sock, HEAD + b"X-Slow: " + b"a" * 100, clock, every=0.125)
+            data = read_to_end(sock)
+        assert data.startswith(b"HTTP/1.1 408 ") and sent == 8  # open until 0.875 s, cut at 1.0 s
 
     def test_the_next_request_on_a_kept_alive_connection_has_its_own_deadline(self, session):
-        with running(session, header_timeout_s=1.0) as base, connect(base) as sock:
-            time.sleep(0.6)
+        clock = VirtualClock()
+        with running(session, clock=clock, header_timeout_s=1.0) as base, connect(base) as sock:
+            accepted(base)
+            clock.advance(0.75)
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             first = b""
             while not first.endswith(b"}"):  # the whole first reply
                 first += sock.recv(65536)
-            time.sleep(0.6)  # past the first deadline, had it not been renewed
+            clock.advance(0.75)  # past the first deadline, had it not been renewed at the reply
             sock.sendall(b"GET /health HTTP/1.1\r\n")
+            assert still_open(sock)
+            clock.advance(0.25)  # 1 s after the reply
             rest = read_to_end(sock)
         assert first.startswith(b"HTTP/1.1 200 ") and rest.startswith(b"HTTP/1.1 408 ")
 
     def test_headers_in_parts_within_the_deadline_are_answered(self, session):
-        with running(session, header_timeout_s=1.0) as base, connect(base) as sock:
-            for part in (b"GET /health HTTP/1.1\r\n", b"Host: 127.0.0.1\r\n", b"Connection: close\r\n\r\n"):
+        clock = VirtualClock()
+        with running(session, clock=clock, header_timeout_s=1.0) as base, connect(base) as sock:
+            accepted(base)
+            for part in (b"GET /health HTTP/1.1\r\n", b"Host: 127.0.0.1\r\n"):
                 sock.sendall(part)
-                time.sleep(0.3)
+                clock.advance(0.375)
+            sock.sendall(b"Connection: close\r\n\r\n")  # at 0.75 s
             assert read_to_end(sock).startswith(b"HTTP/1.1 200 ")
 
     def test_a_body_that_trickles_gets_408_and_is_closed(self, session):
-        with running(session, body_timeout_s=1.0) as base, connect(base) as sock:
-            began = time.monotonic()
+        clock = VirtualClock()
+        with running(session, clock=clock, body_timeout_s=1.0) as base, connect(base) as sock:
             sock.sendall(HEAD + b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
             assert post(base, chat_body()).status_code == 200  # others are served meanwhile
-            data = dribble(sock, b'"messages": [{"role": "user"', every=0.1)  # no single read waits long
-            waited = time.monotonic() - began
+            # 8 bytes, the last at 0.875 s, then 1.0 s: nothing is sent after the deadline, where
+            # the 408 is on its way (a byte arriving after the server closed could reset it away)
+            sent = dribble(sock, b'"message', clock, every=0.125)
+            data = read_to_end(sock)
         head, _, body = data.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower()
         assert json.loads(body)["error"]["code"] == "request_timeout"
-        assert 1.0 <= waited < 5
+        assert sent == 8  # no answer before the deadline
 
 
 # --- clients that leave: one line each -----------------------------------------------------------
@@ -277,15 +300,22 @@ class TestClientsLeaving:
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
 
     def test_leaving_mid_stream_is_one_info_line(self, session, caplog, logs, monkeypatch):
-        slow_down(monkeypatch, session, 0.05)
+        go = hold(monkeypatch, session)
         with running(session) as base:
             logs()
             with (
                 httpx.Client(timeout=30) as c,
                 c.stream("POST", base + "/v1/chat/completions", json=chat_body(stream=True)) as r,
             ):
-                next(r.iter_lines())  # the reply has started
-            assert wait_for(lambda: health(base)["cancelled"] == 1)
+                lines_read = r.iter_lines()  # kept: dropping it would close the connection now
+                next(lines_read)  # the reply has started
+                queued = threading.Thread(target=post, args=(base, chat_body()))
+                queued.start()
+                assert wait_for(lambda: health(base)["waiting"] == 1)
+            assert wait_for(lambda: health(base)["waiting"] == 0)  # the server has let go of the stream
+            go.set()
+            queued.join(STUCK_S)
+            assert health(base)["cancelled"] == 1
         assert len(lines(caplog, "left mid-stream")) == 1
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
 

@@ -23,11 +23,14 @@ from tests.support.live_server import (  # and its fixtures `session` and `url` 
     N_CTX,
     N_TOKENS,
     PROMPT,
+    STUCK_S,
     chat_body,
+    connect,
     health,
+    hold,
     post,
+    request,
     running,
-    slow_down,
     wait_for,
 )
 
@@ -62,9 +65,24 @@ def reference(tiny_pair):
 
 
 @pytest.fixture
-def slow(session, monkeypatch):
-    """Each engine step takes ``delay`` seconds more (``live_server.slow_down``)."""
-    return lambda delay: slow_down(monkeypatch, session, delay)
+def go(session, monkeypatch):
+    """Each engine step waits until this event is set (``live_server.hold``)."""
+    return hold(monkeypatch, session)
+
+
+@contextlib.contextmanager
+def queued(base):
+    """A plain chat request waiting its turn behind the running reply while the block runs;
+    yields a list that holds its response once it has one. Its place in ``/health`` shows when
+    the server lets go of the reply in front: "waiting" drops from 1 to 0."""
+    answer: list[httpx.Response] = []
+    waiting = threading.Thread(target=lambda: answer.append(post(base, chat_body())))
+    waiting.start()
+    assert wait_for(lambda: health(base)["waiting"] == 1)
+    try:
+        yield answer
+    finally:
+        waiting.join(STUCK_S)
 
 
 # --- the openai client ---------------------------------------------------------------------
@@ -396,8 +414,7 @@ def stream_text(base, body) -> tuple[str, dict]:
 
 
 class TestQueue:
-    def test_eight_concurrent_streaming_clients_all_answered_in_full(self, session, reference, slow):
-        slow(0.002)
+    def test_eight_concurrent_streaming_clients_all_answered_in_full(self, session, reference, go):
         results = [None] * 8
         with running(session, queue=8) as base:
 
@@ -409,15 +426,15 @@ class TestQueue:
             threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
             for t in threads:
                 t.start()
-            assert wait_for(lambda: health(base)["waiting"] > 0)  # they really queued
+            assert wait_for(lambda: health(base)["waiting"] == 7)  # they really queued
+            go.set()
             for t in threads:
-                t.join(60)
+                t.join(STUCK_S)
             assert health(base)["served"] == 8
         for text, last in results:
             assert text == reference["chat"] and last.choices[0].finish_reason in ("length", "stop")
 
-    def test_past_the_queue_503_with_retry_after(self, session, slow):
-        slow(0.05)
+    def test_past_the_queue_503_with_retry_after(self, session, go):
         with running(session, queue=1) as base:
             body = chat_body(stream=True)
             with httpx.Client(timeout=30) as a, httpx.Client(timeout=30) as b:
@@ -430,12 +447,12 @@ class TestQueue:
                 r = post(base, chat_body())
                 assert r.status_code == 503 and r.headers["retry-after"] == str(server.RETRY_AFTER_S)
                 assert r.json()["error"]["code"] == "server_busy"
-                first.join(30)
-                second.join(30)
+                go.set()
+                first.join(STUCK_S)
+                second.join(STUCK_S)
             assert post(base, chat_body()).status_code == 200
 
-    def test_disconnect_mid_stream_stops_the_reply_and_frees_the_slot(self, session, slow, reference):
-        slow(0.05)  # 24 tokens would take over a second
+    def test_disconnect_mid_stream_stops_the_reply_and_frees_the_slot(self, session, go, reference):
         with running(session) as base:
             with (
                 httpx.Client(timeout=30) as c,
@@ -444,28 +461,36 @@ class TestQueue:
                 lines = r.iter_lines()
                 assert next(lines).startswith("data: ")  # the role chunk: the reply has started
                 assert health(base)["running"] == 1
-            # the client has gone: the worker stops at its next step
-            assert wait_for(lambda: health(base) == {**health(base), "running": 0, "cancelled": 1}, 2)
-            slow(0)
-            assert post(base, chat_body()).json()["choices"][0]["message"]["content"] == reference["chat"]
+                with queued(base) as answer:
+                    r.close()  # the client goes
+                    assert wait_for(lambda: health(base)["waiting"] == 0)  # the server has let go of the reply
+                    go.set()  # the worker stops at its next step; the one waiting runs
+            assert health(base) == {**health(base), "running": 0, "cancelled": 1}
+            assert answer[0].json()["choices"][0]["message"]["content"] == reference["chat"]
 
-    def test_disconnect_during_a_non_streamed_reply(self, session, slow):
-        slow(0.05)
+    def test_disconnect_during_a_non_streamed_reply(self, session, go):
         with running(session) as base:
-            with pytest.raises(httpx.ReadTimeout):
-                httpx.post(base + "/v1/chat/completions", json=chat_body(), timeout=0.3)
-            assert wait_for(lambda: health(base)["cancelled"] == 1 and health(base)["running"] == 0, 2)
+            with connect(base) as sock:
+                sock.sendall(request(chat_body()))
+                assert wait_for(lambda: health(base)["running"] == 1)
+                with queued(base) as answer:
+                    sock.close()  # the client goes
+                    assert wait_for(lambda: health(base)["waiting"] == 0)  # the server has let go of the reply
+                    go.set()
+            assert answer[0].status_code == 200
+            assert health(base)["cancelled"] == 1 and health(base)["running"] == 0
 
-    def test_a_client_that_leaves_the_queue_frees_its_place(self, session, slow):
-        slow(0.05)
+    def test_a_client_that_leaves_the_queue_frees_its_place(self, session, go):
         with running(session, queue=1) as base:
             running_reply = threading.Thread(target=lambda: post(base, chat_body()))
             running_reply.start()
             assert wait_for(lambda: health(base)["running"] == 1)
-            with pytest.raises(httpx.ReadTimeout):
-                httpx.post(base + "/v1/chat/completions", json=chat_body(), timeout=0.2)
-            assert wait_for(lambda: health(base)["waiting"] == 0, 2)
-            running_reply.join(30)
+            with connect(base) as sock:
+                sock.sendall(request(chat_body()))
+                assert wait_for(lambda: health(base)["waiting"] == 1)
+            assert wait_for(lambda: health(base)["waiting"] == 0)  # the client has gone, and its place
+            go.set()
+            running_reply.join(STUCK_S)
             assert health(base)["served"] == 1  # the one that left never ran
 
 

@@ -8,10 +8,14 @@ import asyncio
 import html
 import re
 import threading
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.cells import cell_len
+from textual.app import App
+from textual.message import Message
 
 from localspec.chat.session import PairSpec
 from localspec.settings import Settings
@@ -140,21 +144,43 @@ def make_app(
     )
 
 
-async def wait_for(pilot, predicate, timeout: float = 15.0):
-    """Let the app run until predicate() holds (the worker thread needs real time: on a busy
-    2-core machine a screen switch and a load took over 5 s once in a full run)."""
+# Not a timing: only an app that is stuck reaches it. A working app is waited for as long as
+# its work takes (a screen switch and a load took over 5 s once on a busy 2-core machine).
+STUCK_S = 120.0
+
+_handled: weakref.WeakKeyDictionary[App, asyncio.Event] = weakref.WeakKeyDictionary()
+
+
+def message_hook(app: App) -> Callable[[Message], None]:
+    """``App.run_test``'s message hook for ``app`` (tests/tui/conftest.py gives every test app
+    one): it tells ``wait_for`` that the app has handled a message."""
+    handled = _handled.setdefault(app, asyncio.Event())
+    return lambda message: handled.set()
+
+
+async def wait_for(pilot, predicate, bound: float = STUCK_S):
+    """Let the app run until predicate() holds, looking again each time the app has handled a
+    message: what a worker thread does reaches the app as messages (its steps, its end), so the
+    state a test waits for is there after one of them, however long the work took."""
+    handled = _handled[pilot.app]
     loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError("condition not reached in time")
-        await settle(pilot)
+    end = loop.time() + bound
+    while True:
+        # the widgets drain their messages (a drain that never ends is no failure: tests/tui/conftest.py)
+        await pilot.pause(0)
+        handled.clear()  # before looking: a message from here on wakes the wait below
+        if predicate():
+            return
+        try:
+            await asyncio.wait_for(handled.wait(), end - loop.time())
+        except TimeoutError:
+            raise AssertionError(f"condition not reached within {bound:g} s: the app is stuck") from None
 
 
-async def settle(pilot, delay: float = 0.02) -> None:
-    """``pilot.pause``: the app drains its widgets' messages, then runs for ``delay`` (a drain
-    that never ends is not a failure: tests/tui/conftest.py)."""
-    await pilot.pause(delay)
+async def settled(app, pilot):
+    """Every worker of the app done, and the messages they posted handled."""
+    await asyncio.wait_for(app.workers.wait_for_complete(), STUCK_S)
+    await pilot.pause(0)
 
 
 async def ready(app, pilot):

@@ -31,6 +31,7 @@ from tests.support.tui import (
     rendered,
     send,
     send_until_mid_stream,
+    settled,
     wait_for,
 )
 
@@ -96,11 +97,9 @@ class TestRealCatalogAndBackend:
         draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
         app = LocalspecApp(Settings(n_ctx=512, max_tokens=24, threads=1), spec=PairSpec(Path(target), Path(draft)))
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.session is not None, timeout=60)
+            await wait_for(pilot, lambda: app.session is not None)
             await send(app, pilot, "hello world")
-            await wait_for(
-                pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None, timeout=60
-            )
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
             reply = app.conversation.history[-1]
             assert reply.role == "assistant" and reply.status == "done"
             stats = reply.meta["stats"]
@@ -125,7 +124,7 @@ class TestRealCatalogAndBackend:
             Settings(n_ctx=options.MIN_CTX, max_tokens=24, threads=1), spec=PairSpec(Path(target), Path(draft))
         )
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.session is not None, timeout=60)
+            await wait_for(pilot, lambda: app.session is not None)
             assert app.session.target.n_ctx == options.MIN_CTX
             for turn in range(4):  # ~50 tokens a message on the tiny vocabulary: turns get dropped
                 await send(app, pilot, f"hello world {turn}")
@@ -134,19 +133,13 @@ class TestRealCatalogAndBackend:
                     lambda turn=turn: (
                         len(app.conversation.history) == 2 * turn + 2 and app.chat_screen.generating is None
                     ),
-                    timeout=60,
                 )
                 assert app.conversation.history[-1].status == "done"
             await send(app, pilot, "the model is fast " * 40)  # ~770 tokens: more than the context
-            await wait_for(
-                pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 9, timeout=60
-            )
-            await pilot.pause(0.1)
-            assert any("the context holds 256" in n.message for n in app._notifications)
+            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 9)
+            await wait_for(pilot, lambda: any("the context holds 256" in n.message for n in app._notifications))
             await send(app, pilot, "hi")
-            await wait_for(
-                pilot, lambda: len(app.conversation.history) == 11 and app.chat_screen.generating is None, timeout=60
-            )
+            await wait_for(pilot, lambda: len(app.conversation.history) == 11 and app.chat_screen.generating is None)
             assert app.conversation.history[-1].role == "assistant" and app.conversation.history[-1].status == "done"
 
 
@@ -214,7 +207,7 @@ class TestPersistence:
             await pilot.press("ctrl+n")
             session.gate.set()
             await wait_for(pilot, lambda: session.generator_closed == 1)
-            await pilot.pause(0.1)
+            await settled(app, pilot)  # the stopped reply is kept
             assert app.conversation.chat.id != first and app.conversation.history == [] and not app.query(ReplyView)
             kept = app.store.messages(first)
             assert [(m.role, m.content, m.status) for m in kept] == [

@@ -152,8 +152,7 @@ class TestChat:
             await ready(app, pilot)
             await send(app, pilot, "too long")
             await wait_for(pilot, lambda: app.chat_screen.generating is None and calls["n"] == 1)
-            await pilot.pause(0.1)
-            assert any("5000 tokens [ctx 4096]" in n.message for n in app._notifications)
+            await wait_for(pilot, lambda: any("5000 tokens [ctx 4096]" in n.message for n in app._notifications))
             assert not app.query(ReplyView)  # nothing to keep
             await pilot.press("ctrl+r")  # the user message is still there: regenerate works
             await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
@@ -259,9 +258,9 @@ class TestSpeculationView:
             await pilot.press("f1")  # help on top while the reply streams on
             session.gate.set()
             await wait_for(pilot, lambda: app.chat_screen.generating is None)
-            await pilot.pause(0.2)
+            panel = app.chat_screen.query_one(StatsPanel)
+            await wait_for(pilot, lambda: panel.values["tokens/passes"] == "8 / 4")
             assert type(app.screen).__name__ == "HelpScreen"
-            assert app.chat_screen.query_one(StatsPanel).values["tokens/passes"] == "8 / 4"
 
     async def test_inspector_marks_steps(self):
         app = make_app()

@@ -28,6 +28,12 @@ from tests.support.tui import (
 )
 
 
+async def wait_for_menu(pilot, app) -> None:
+    """Until the pair menu has mounted: pushed is not enough, its drafters and the highlighted
+    pair are filled in by its on_mount, which a busy machine can run after the next check."""
+    await wait_for(pilot, lambda: isinstance(app.screen, PairScreen) and app.screen.is_mounted)
+
+
 def qwen35_pair(mtp_first: bool = True) -> FakePair:
     """A Qwen3.5 target whose file carries MTP layers, its small draft, and a draft of another
     vocabulary the catalog lists beside them."""
@@ -88,13 +94,13 @@ class TestDrafters:
         catalog = FakeCatalog([qwen35_pair()], "q35")
         app = LocalspecApp(Settings(), session_factory=factory, catalog=catalog, locate=files.locate, pull=files.pull)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            await wait_for_menu(pilot, app)
             menu = app.screen
             assert menu.query_one("#draft-select").value == "mtp"  # the pair's first drafter
             notes = str(menu.query_one("#drafter-notes").render())
             assert "not offered: qwen-0.5b.gguf: another vocabulary" in notes
             await pilot.click("#open")
-            await wait_for(pilot, lambda: app.session is not None, timeout=10)
+            await wait_for(pilot, lambda: app.session is not None)
             spec, _ = factory.loaded[0]
             assert spec.mtp and spec.draft is None and spec.target.name == "q35-9b.gguf"
             saved, _ = load_settings()
@@ -115,7 +121,7 @@ class TestPairs:
             Settings(), session_factory=factory, catalog=make_catalog(), locate=files.locate, pull=files.pull
         )
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            await wait_for_menu(pilot, app)
             menu = app.screen
             assert menu.pair.id == "qwen"  # the default is preselected
             select = menu.query_one("#draft-select")
@@ -136,7 +142,7 @@ class TestPairs:
             assert "MB/s" in rate and "ETA" in rate and "/ 976.6 KB" in rate
             await pilot.press("ctrl+l")  # the UI stays responsive while downloading
             files.release.set()
-            await wait_for(pilot, lambda: app.session is not None, timeout=10)
+            await wait_for(pilot, lambda: app.session is not None)
             assert files.pulled == ["qwen-1.5b.gguf", "qwen-0.5b.gguf"]
             spec, options = factory.loaded[0]
             assert spec.target.name == "qwen-1.5b.gguf" and spec.draft.name == "qwen-0.5b.gguf"
@@ -173,7 +179,7 @@ class TestPairs:
             pull=files.pull,
         )
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            await wait_for_menu(pilot, app)
             shown = str(app.screen.query_one("#pair-list").get_option_at_index(0).prompt)
             assert (
                 "expected here: draft 2.67× · 16.7 tok/s · lookup not measured yet · none 6.2 tok/s (measured "
@@ -206,7 +212,7 @@ class TestPairs:
             pull=files.pull,
         )
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
+            await wait_for_menu(pilot, app)
             await pilot.click("#open")
             await wait_for(pilot, lambda: isinstance(app.screen, DownloadScreen))
             await pilot.press("escape")

@@ -3,6 +3,9 @@ reply, the measured speed-up and the noise between runs (issue 14)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
 
 from localspec.tui.screens.race import RaceScreen
@@ -18,6 +21,7 @@ from tests.support.fake_session import (
 )
 from tests.support.tui import (
     SIZE,
+    STUCK_S,
     make_app,
     ready,
     rendered,
@@ -98,19 +102,35 @@ class TestRace:
             )
             assert app.conversation.measured_baseline_tps == pytest.approx(45.0)
 
-    async def test_closing_the_race_between_runs_keeps_the_first(self):
+    async def test_closing_the_race_between_runs_keeps_the_first(self, monkeypatch):
         session = FakeSession(list(HELLO), none_step_seconds=0.02)
         app = make_app(session)
         async with app.run_test(size=SIZE) as pilot:
             await ready(app, pilot)
             await send(app, pilot, "hi")
             await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
-            session.step_delay = 0.1  # real time: 0.8 s a run, so Esc lands in the second one
+            second_run = threading.Event()  # the race's second run waits after its first step, so Esc lands in it
+            chat = session.chat
+
+            def held_chat(*args, **kwargs):
+                steps = chat(*args, **kwargs)
+                return steps if len(session.calls) < 3 else held(steps)  # the reply, the first run, then this
+
+            def held(steps):
+                with contextlib.closing(steps):
+                    for i, step in enumerate(steps):
+                        if i:
+                            second_run.wait(STUCK_S)
+                        yield step
+
+            monkeypatch.setattr(session, "chat", held_chat)
             await pilot.press("f5")
             race = app.screen
-            await wait_for(pilot, lambda: len(race.runs) == 1, timeout=10)
+            assert isinstance(race, RaceScreen)
+            await wait_for(pilot, lambda: len(race.runs) == 1)
             assert app.chat_screen.generating == "race"
             await pilot.press("escape")
+            second_run.set()
             await wait_for(pilot, lambda: app.chat_screen.generating is None)
             assert type(app.screen).__name__ == "ChatScreen"
             assert app.conversation.measured_baseline_tps == pytest.approx(50.0)  # the finished run only
