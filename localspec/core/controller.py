@@ -385,7 +385,7 @@ class AdaptiveController:
         """Off: the model wants no drafting at the learnt acceptance, or the guard measured it
         slower. A try is a trial of ``policy.trial_steps`` steps: at the model's k where only the
         guard said no, else at ``policy.probe_k``; it is made once the budget affords its price."""
-        probe_k = self.policy.probe_k
+        probe_k = min(self.policy.probe_k, self.draft_max)
         base = float(rates[0])
         self.resumed = False
         best = float(rates[1:].max() / base) if len(rates) > 1 else 0.0

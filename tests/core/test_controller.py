@@ -11,6 +11,7 @@ from localspec.core import costs as costs_module
 from localspec.core.controller import (
     AdaptiveController,
     FixedController,
+    Reason,
     Tries,
     price_of_try,
 )
@@ -500,6 +501,16 @@ CASES = {
     "cpu_linear": (cpu_linear, 0.8, 0.005),
     "f16_cpu_here": (f16_cpu, 0.9, 0.033),
 }
+
+
+class TestShortDrafts:
+    def test_a_try_fits_a_longest_draft_shorter_than_probe_k(self):
+        # a request's draft_max of 1: a try drafts 1, not policy.probe_k (2)
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.1, 4: 1.3}, 0.05), draft_max=1, prior=0.2)
+        ctl.observe(1, 0)  # drafted once: off at the learnt acceptance, tried again now and then
+        choices = [ctl.choose() for _ in range(200)]
+        assert {c.reason for c in choices} == {Reason.ACCEPTANCE, Reason.TRY}
+        assert {c.k for c in choices if c.reason is Reason.TRY} == {1}
 
 
 class TestRefusals:
