@@ -68,8 +68,6 @@ class Drafter(Protocol):
 
     def behind(self, context: Sequence[int]) -> int: ...
 
-    def time_pass(self, context: Sequence[int]) -> float | None: ...
-
     def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None: ...
 
 
@@ -90,10 +88,6 @@ class DrafterBase(Drafter):
         """Tokens of ``context`` the drafter must read before it can draft (a draft model's
         catch-up; nothing for drafters without a model)."""
         return 0
-
-    def time_pass(self, context: Sequence[int]) -> float | None:
-        """Seconds of one draft pass, timed now (None: the drafter has no model to time)."""
-        return None
 
     def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None:
         """What became of ``draft``: ``verdict`` is (tokens tested, tokens accepted), None where
@@ -139,20 +133,6 @@ class ModelDrafter(DrafterBase):
         # text differs between the two models (see compat.check_compatible)
         self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
-
-    def time_pass(self, context: Sequence[int]) -> float | None:
-        """One pass of the context's last token, timed where the draft model's cache ends (it
-        is left as it was): a fresh sample for a controller whose verdict of "never here"
-        rests on the draft pass (``recheck_draft``)."""
-        n = len(self.model.cached)
-        if not context or n >= self.model.n_ctx:
-            return None
-        self.model.checkpoint()  # a recurrent draft model rolls the pass back from here
-        t0 = _costs.clock()
-        self.model.evaluate(context[-1:], 1)
-        seconds = _costs.clock() - t0
-        self.model.truncate(n)
-        return seconds
 
     def draft(self, context, k, params, rng, draft_max=0) -> Draft:
         room = self.model.n_ctx - len(context)

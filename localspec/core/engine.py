@@ -98,8 +98,6 @@ class SpeculativeEngine:
         (self.target.sync_greedy if picked else self.target.sync)(context[:-1])
         self.target.checkpoint(lasting=True)  # a recurrent target regenerates without a prefill
         self.controller.begin_reply()
-        if self.controller.recheck_draft():  # a verdict of "never here" that rests on the draft pass
-            self.controller.costs.observe_draft(1, self.drafter.time_pass(context) or 0.0)
         if self.controller.wants_prefill():
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
         prefill = _costs.clock() - t0
@@ -190,7 +188,9 @@ class SpeculativeEngine:
         q_draft = draft.q_draft[: len(drafted)] if draft.q_draft is not None else None
         return verify_speculative(drafted, p_target, q_draft, rng)
 
-    def _learn(self, draft: Draft, picked: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify):
+    def _learn(
+        self, draft: Draft, picked: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify
+    ):
         costs = self.controller.costs
         costs.observe_verify(n_verified, t_verify)
         if draft.read_seconds > 0:  # the first pass caught up: timed as reading, not drafting

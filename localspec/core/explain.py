@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, replace
 
-from .controller import Choice, Reason
+from .choice import Choice, Reason
 from .costs import CostModel
 
 

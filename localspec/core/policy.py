@@ -62,10 +62,6 @@ class Policy:
     would be made every step."""
     banked_steps: int = 256
     """The try budget holds at most this many steps' earnings: no bursts of tries."""
-    recheck_samples: int = 9
-    """A verdict of "never here" that rests on the draft pass is checked at each reply's start
-    until the pass's estimate holds this many samples, so a burst of load during the load's
-    three samples is outvoted."""
     unmeasured_k: int = 4
     """The draft length before anything is timed: a moderate start."""
 
@@ -100,9 +96,6 @@ class Policy:
     """In place of a step of the target alone the bar is higher: there a rejected copy costs its
     whole verify against a step that could not have gone wrong."""
 
-    count_refusals: bool = True
-    """TEMPORARY (ablation): a draft pass that proposes nothing counts as one rejected token."""
-
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]
@@ -117,11 +110,7 @@ class Policy:
         current = getattr(self, name)
         value: Any
         try:
-            if isinstance(current, bool):
-                if text.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError
-                value = text.lower() in ("true", "1")
-            elif isinstance(current, tuple):
+            if isinstance(current, tuple):
                 value = tuple(float(x) for x in text.split(","))
                 if len(value) != len(current):
                     raise ValueError

@@ -17,8 +17,8 @@ def logits_on_gpu(model, gpu_layers: int | None) -> bool:
     """Whether llama.cpp computes the logits on a GPU: a build that offloads, with more layers
     offloaded than the model has (llama.cpp places the output layer after the last one). There
     picking saves copying the rows to the host and reading them in Python. On a CPU it saves
-    nothing measurable (``scripts/pick_verify.py``: a 17-row verify of the 1.5B targets takes
-    the same time either way) and would cost llama.cpp's sampling buffers, three times the
+    nothing measurable (a 17-row verify of a 1.5B target takes the same time either way) and
+    would cost llama.cpp's sampling buffers, three times the
     logits buffer (60 MB at a 152k vocabulary and 33 outputs)."""
     if not L.llama_supports_gpu_offload():
         return False

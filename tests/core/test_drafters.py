@@ -367,10 +367,11 @@ class TestCopiesBesideADraftModel:
     def test_a_match_trusted_enough_is_picked(self):
         copy = self.lookup().draft(self.CTX, 16, GREEDY, None)
         assert copy.ids[:4] == (4, 5, 6, 7) and copy.alpha == pytest.approx(0.75) and not copy.copied
-        assert pick_copy([copy], 2, P) is copy
+        short, sure = replace(copy, ids=copy.ids[:1]), replace(copy, alpha=0.9)
         assert pick_copy([copy], 0, P) is None  # 0.75: enough beside the model, not in place of the target
-        assert pick_copy([replace(copy, alpha=0.9)], 0, P) is not None
-        assert pick_copy([replace(copy, ids=copy.ids[:1])], 2, P) is None  # shorter than policy.min_copy
+        assert pick_copy([sure], 0, P) is sure
+        assert pick_copy([short], 2, P) is None  # shorter than policy.min_copy
+        assert pick_copy([copy], 2, P) is copy
 
     def test_an_unused_match_is_scored_against_what_the_step_kept(self):
         d = self.lookup()

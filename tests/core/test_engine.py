@@ -195,7 +195,7 @@ class TestAdaptive:
         got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(costs, 8), (trusting,)))
         assert got == target_only(fn)[0]
         assert all(s.k == 0 for s in steps) and sum(s.n_accepted for s in steps) >= 5
-        assert len(draft.decode_calls) <= 1  # at most the pass timed at the start (recheck_draft)
+        assert draft.decode_calls == []  # the draft model never ran
 
 
 class TestSampling:
