@@ -97,9 +97,9 @@ class SpeedGuard:
         self.n += 1
 
     def begin_reply(self) -> None:
-        """What was measured before weighs ``policy.guard_carry`` steps at most: a reply of new
-        text is judged on its own steps (a trial under way is left to finish)."""
-        carry = self.policy.guard_carry
+        """What was measured before weighs half a trial at most: a reply of new text is judged
+        on its own steps (a trial under way is left to finish)."""
+        carry = self.policy.trial_steps / 2
         if self.judged and self.weight > carry:
             scale = carry / self.weight
             self.tokens, self.seconds, self.modelled = scale * self.tokens, scale * self.seconds, scale * self.modelled

@@ -28,12 +28,10 @@ class Policy:
     # --- the speed guard ---------------------------------------------------------------------
     trial_steps: int = 4
     """Drafting steps judged together (the guard's trial, a try's length): one unlucky step
-    decides nothing."""
+    decides nothing. At a reply's start what the guard measured before weighs half a trial, so
+    a reply of new text is judged on its own steps."""
     guard_ema: float = 0.2
     """After its trial the guard's sums fade by this a step: it follows a change within about 5 steps."""
-    guard_carry: float = 2.0
-    """At a reply's start what the guard measured before weighs this many steps: new text is
-    judged on its own steps."""
     mismatch: float = 1.1
     """The guard says no only where its steps took more than this times their modelled time:
     within it the costs held, and a slow trial was the text's acceptance, which the acceptance
