@@ -1,0 +1,430 @@
+"""``localspec bench --record`` and ``--replay``: the suite's greedy replies replayed to compare
+drafting policies without timing noise.
+
+``record`` loads the pair, measures the target's verify curve directly
+(``measure.measure_costs``) and keeps, per prompt of the suite (default: the default one), the
+prompt's tokens and the target's greedy reply.
+
+``replay`` runs the real engine, controller and drafters on them: the target is the recorded
+reply (greedy: a verify keeps exactly the draft tokens that agree with it), the draft is the
+real draft model (its rows memoised next to the recording, in ``REC.json.memo``, so a second
+replay runs in seconds), and every evaluation advances a virtual clock by the measured T(n) or
+draft pass, times a lognormal factor of ``noise`` sigma (and ``burst``'s factor in a busy
+stretch of each reply). With noise the costs are calibrated at load as a session does (sizes 1,
+2, 3, 4, 6, 8, three samples each) and learnt online; without, the controller is given the
+measured curve. Every mode's state carries over the prompts in order, as in the bench; with
+``cold`` none does (every reply a fresh load, as ``localspec run`` starts), but each starts from
+the acceptance the earlier replies counted, as a profile would hold (``no_profile``: from the
+default prior, a machine's very first runs). It gives, per prompt, tokens/s over the target
+alone, mean draft length and acceptance per policy; ``trace`` gives one prompt's steps, with the
+drafting line wherever it changes. ``shape`` and ``draft_pass`` replay on another machine's
+costs: T(n)/T(1) for n = 2, 3, ... and a draft pass in T(1), as docs/benchmarks.md gives them
+per machine (the recording's T(1) stays), so a change can be checked against a steep curve on a
+machine whose own is flat.
+
+Timings are modelled, not measured: a replay compares policies; the bench measures them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import pickle
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from ..chat.session import CALIBRATION_SIZES
+from ..core import costs as costs_module
+from ..core.costs import CostModel, DraftCost, VerifyCurve
+from ..core.estimates import prior_from
+from ..core.explain import explain
+from ..core.modes import Drafting, ModeContext, ReplySpec, draft_model, target_alone
+from ..core.policy import Policy
+from ..core.protocol import CachedModel, common_prefix
+from ..core.sampling import SamplingParams
+from ..core.stats import RunStats
+from . import measure, modes
+
+if TYPE_CHECKING:
+    from ..llama.backend import LlamaModel
+
+TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
+REPLY_TOKENS = 96  # the reply length recorded and replayed unless --max-tokens says otherwise
+DRAFT_MAX = 16  # the longest draft a replay's policies choose: the default --draft-max
+CURVE_SIZES = range(1, DRAFT_MAX + 2)  # T(n) recorded: a verify of k drafts evaluates k + 1 tokens
+# The draft model's load for a replay: its rows are memoised, so only a row the memo lacks runs
+# it; a fixed, small load keeps those rows the same from one replay to the next.
+DRAFT_CTX, DRAFT_THREADS = 4096, 2
+
+
+class Clock:
+    """Virtual seconds: each evaluation adds its cost, times a lognormal factor of ``sigma`` and,
+    during a ``burst`` (start, length, factor: target evaluations ``start`` to ``start + length``
+    of each reply), ``factor``: a stretch where the machine is busy."""
+
+    def __init__(self, sigma: float, seed: int, burst: tuple[int, int, float] | None = None) -> None:
+        self.now, self.sigma, self.rng = 0.0, sigma, np.random.default_rng(seed)
+        self.burst, self.evals = burst, 0  # target evaluations so far in this reply
+
+    def __call__(self) -> float:
+        return self.now
+
+    def work(self, seconds: float) -> None:
+        self.now += seconds * (math.exp(self.rng.normal(0.0, self.sigma)) if self.sigma else 1.0) * self.slowdown()
+
+    def slowdown(self) -> float:
+        if not self.burst:
+            return 1.0
+        start, length, factor = self.burst
+        return factor if start <= self.evals < start + length else 1.0
+
+
+class ReplayTarget(CachedModel):
+    """Row j predicts the recorded token at j + 1 while the context is the recorded one."""
+
+    def __init__(self, vocab: CachedModel, curve: dict[int, float], clock: Clock) -> None:
+        super().__init__()
+        self.vocab, self.curve, self.clock = vocab, curve, clock
+        self.n_vocab, self.n_ctx = vocab.n_vocab, vocab.n_ctx
+        self.true: list[int] = []
+
+    def _decode(self, tokens, start, n_logits):
+        n = len(tokens)
+        top = max(self.curve)
+        self.clock.evals += 1
+        self.clock.work(self.curve[min(n, top)] * max(1.0, n / top))
+        ctx = self.cached[:start] + list(tokens)
+        agree = common_prefix(ctx, self.true)
+        rows = []
+        for j in range(len(ctx) - n_logits, len(ctx)):
+            row = np.zeros(self.n_vocab, np.float32)
+            row[self.true[j + 1] if agree >= j + 1 and j + 1 < len(self.true) else 0] = 10.0
+            rows.append(row)
+        return rows
+
+    def _remove(self, start: int) -> None:
+        pass
+
+    def tokenize(self, text, *, add_bos=True, special=True):
+        return self.vocab.tokenize(text, add_bos=add_bos, special=special)
+
+    def token_bytes(self, token):
+        return self.vocab.token_bytes(token)
+
+    def is_eog(self, token):
+        return self.vocab.is_eog(token)
+
+
+def memo_key(context) -> int:
+    """Where the memo keeps the draft's row after ``context`` (the tokens so far)."""
+    return hash(tuple(context))
+
+
+class MemoDraft(ReplayTarget):
+    """The real draft model, each row memoised by its context (top TOP logits and the
+    log-sum-exp, the rest of the mass spread evenly), timed as a pass or as reading."""
+
+    def __init__(self, real: CachedModel, t_draft: float, read: float, clock: Clock, memo: dict) -> None:
+        super().__init__(real, {}, clock)
+        self.t_draft, self.read, self.memo = t_draft, read, memo
+
+    def _decode(self, tokens, start, n_logits):
+        n = len(tokens)
+        self.clock.work(self.t_draft if n <= 2 else self.read * n)
+        ctx = self.cached[:start] + list(tokens)
+        keys = [memo_key(ctx[: j + 1]) for j in range(len(ctx) - n_logits, len(ctx))]
+        if not all(k in self.memo for k in keys):
+            for key, row in zip(keys, self.vocab.sync(ctx, n_logits=n_logits) or []):
+                self.memo[key] = kept_row(row)
+        rows = []
+        for key in keys:
+            ids, logits, lse = self.memo[key]
+            rest = max(1.0 - float(np.exp(logits.astype(np.float64) - lse).sum()), 1e-12)
+            row = np.full(self.n_vocab, lse + math.log(rest / (self.n_vocab - TOP)), np.float32)
+            row[ids] = logits
+            rows.append(row)
+        return rows
+
+
+def kept_row(row) -> tuple:
+    """What the memo keeps of a draft row: the top TOP ids, their logits and the log-sum-exp."""
+    r = np.asarray(row, np.float64)
+    top = np.argpartition(r, -TOP)[-TOP:]
+    return top, r[top].astype(np.float32), r.max() + math.log(np.exp(r - r.max()).sum())
+
+
+# --- recording ------------------------------------------------------------------------------------
+
+
+def record(
+    session, prompts: list[dict], max_tokens: int, on_prompt: Callable[[str, int, int], None] | None = None
+) -> dict:
+    """The recording of ``prompts`` (a suite's) on a loaded pair: the target's measured curve,
+    its draft pass and reading cost, and per prompt its tokens and the target's greedy reply of
+    up to ``max_tokens``. ``on_prompt(id, prompt tokens, reply tokens)`` after each."""
+    direct = measure.measure_costs(session)
+    out: dict = {
+        "curve": {n: direct.T(n) for n in CURVE_SIZES},
+        "t_draft": direct.t_draft,
+        "read": session.costs.read(100) / 100,
+        "prompts": [],
+    }
+    for prompt in prompts:
+        session.reset()
+        messages = [{"role": "user", "content": prompt["prompt"]}]
+        ids = session.fit(messages, max_tokens)[0]
+        reply: list[int] = []
+        for step in session.chat(messages, SamplingParams(), max_tokens, mode="none", repeatable=False):
+            reply.extend(step.drafted[: step.n_accepted])
+            reply.extend([step.token] if step.token >= 0 else [])
+        out["prompts"].append({"id": prompt["id"], "prompt": ids, "reply": reply})
+        if on_prompt:
+            on_prompt(prompt["id"], len(ids), len(reply))
+    return out
+
+
+def memo_path(recording: Path) -> Path:
+    """The draft's memoised rows beside a recording: ``REC.json.memo``."""
+    return Path(f"{recording}.memo")
+
+
+def read_recording(path: Path) -> tuple[dict, dict]:
+    """A recording and its memo (empty where none was written yet); ValueError saying why where
+    they cannot be read or the file is not a recording."""
+    memo = memo_path(path)
+    try:
+        rec = json.loads(Path(path).read_text(encoding="utf-8"))
+        rows = pickle.loads(memo.read_bytes()) if memo.exists() else {}
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError) as e:
+        raise ValueError(f"cannot read a recording and its memo there ({e})") from None
+    if not isinstance(rec, dict) or not {"curve", "t_draft", "read", "prompts"} <= set(rec):
+        raise ValueError("not a recording of `localspec bench --record`")
+    return rec, rows
+
+
+def write_memo(path: Path, memo: dict) -> None:
+    memo_path(path).write_bytes(pickle.dumps(memo))
+
+
+def load_draft(path: Path) -> LlamaModel:
+    """The real draft model a replay reads its rows from (see DRAFT_CTX)."""
+    from ..llama import backend as llama_backend
+
+    return llama_backend.LlamaModel.load(Path(path), DRAFT_CTX, DRAFT_THREADS, 0)
+
+
+# --- replaying ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a recording is replayed: the options of ``localspec bench --replay``."""
+
+    policies: tuple[str, ...] = ("none", "auto")
+    """The policies compared: none (the target alone), auto, or fixed-kK-pP."""
+    prompts: str = ""
+    """The prompts replayed: comma-separated shell-style patterns of ids (empty: all)."""
+    noise: float = 0.0
+    """The sigma of each evaluation's lognormal factor; above 0 the costs are also calibrated."""
+    seed: int = 0
+    """The noise's seed."""
+    burst: tuple[int, int, float] | None = None
+    """START, LENGTH, FACTOR: target evaluations START to START + LENGTH of each reply slower."""
+    cold: bool = False
+    """A fresh controller for every prompt, its prior what the earlier prompts counted."""
+    no_profile: bool = False
+    """With ``cold``: every prompt from the default prior."""
+    shape: tuple[float, ...] = ()
+    """Another machine's T(n)/T(1) for n = 2, 3, ... (empty: the recording's curve)."""
+    draft_pass: float | None = None
+    """With ``shape``: a draft pass in T(1) (None: the recording's own)."""
+    policy: Policy = field(default_factory=Policy)
+    """The drafting Policy every mode runs with (``--set`` changes its fields)."""
+    trace: str = ""
+    """The id of a prompt whose steps are traced."""
+    max_tokens: int = REPLY_TOKENS
+    """The reply tokens replayed of each recording."""
+
+
+class Outcome(NamedTuple):
+    """A policy's replay of one prompt."""
+
+    tokens_per_second: float
+    mean_draft_length: float
+    acceptance: float
+
+
+@dataclass
+class Replay:
+    """What a replay gives: per prompt id, per policy, its outcome; and the traced steps, one
+    line each (``policy k=.. drafted=.. accepted=..``, then the drafting line where it changes)."""
+
+    results: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    trace: list[str] = field(default_factory=list)
+
+
+def replay(recording: dict, real_draft: CachedModel, memo: dict, options: ReplayOptions) -> Replay:
+    """``recording``'s prompts replayed with each of ``options.policies`` in turn, the draft's
+    rows read from ``memo`` (the rows it lacks computed by ``real_draft`` and added). The
+    virtual clock is installed as ``costs.clock`` while it runs."""
+    clock = Clock(options.noise, options.seed, options.burst)
+    curve, t_draft = {int(n): t for n, t in recording["curve"].items()}, recording["t_draft"]
+    if options.shape:
+        curve, t_draft = reshape(curve, t_draft, list(options.shape), options.draft_pass)
+    target = ReplayTarget(real_draft, curve, clock)
+    draft = MemoDraft(real_draft, t_draft, recording["read"], clock, memo)
+    prompts = select(recording["prompts"], options.prompts)
+    out = Replay()
+    real_clock, costs_module.clock = costs_module.clock, clock
+    try:
+        for policy in options.policies:
+            run_policy(policy, prompts, target, draft, options, out)
+    finally:
+        costs_module.clock = real_clock
+    return out
+
+
+def run_policy(
+    policy: str, prompts: list[dict], target: ReplayTarget, draft: MemoDraft, options: ReplayOptions, out: Replay
+) -> None:
+    """Every prompt replayed with ``policy``, its outcomes and traced steps added to ``out``."""
+    clock, curve, tunables = target.clock, target.curve, options.policy
+    costs = costs_for(curve, draft.t_draft, clock)
+    mode = build(policy, ModeContext(target, draft, costs, draft_max=DRAFT_MAX, policy=tunables))
+    counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
+    for p in prompts:
+        if options.cold:  # a fresh load for every reply, as `localspec run` starts
+            prior = None if options.no_profile or not counted[1] else prior_from(counted[0], counted[1], tunables)
+            costs = costs_for(curve, draft.t_draft, clock)
+            mode = build(policy, ModeContext(target, draft, costs, draft_max=DRAFT_MAX, prior=prior, policy=tunables))
+        target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
+        clock.evals = 0
+        engine = mode.engine(target, ReplySpec(len(p["prompt"])))
+        stats = RunStats()
+        line = ""
+        for step in engine.generate(list(p["prompt"]), SamplingParams(), options.max_tokens):
+            if options.trace == p["id"]:
+                now = explain(mode.controller.state(), mode.controller.costs).line
+                traced = f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}"
+                out.trace.append(traced + (f"  {now}" if now != line else ""))
+                line = now
+            stats.add(step)
+            counted[0] += step.n_accepted
+            counted[1] += step.n_accepted < len(step.drafted)
+        outcome = Outcome(stats.tokens_per_second, stats.mean_draft_length, stats.acceptance_rate or 0.0)
+        out.results.setdefault(p["id"], {})[policy] = outcome
+
+
+def reshape(
+    curve: dict[int, float], t_draft: float, shape: list[float], draft_pass: float | None
+) -> tuple[dict[int, float], float]:
+    """Another machine's costs at this recording's T(1): T(n) = T(1) * shape[n - 2] for n up to
+    len(shape) + 1, then growing by the shape's last step; a draft pass of ``draft_pass`` T(1)
+    (None: the recording's own)."""
+    ratios = [1.0, *shape]
+    step = ratios[-1] - ratios[-2] if len(ratios) > 1 else 0.0
+    t1 = curve[1]
+    out = {n: t1 * (ratios[n - 1] if n <= len(ratios) else ratios[-1] + step * (n - len(ratios))) for n in curve}
+    return out, (draft_pass * t1 if draft_pass else t_draft)
+
+
+def costs_for(curve: dict[int, float], t_draft: float, clock: Clock) -> CostModel:
+    """The costs a session would start from: the measured curve, or with noise a calibration
+    of the sizes a session calibrates at load (three samples each)."""
+    if not clock.sigma:
+        return CostModel(VerifyCurve(curve), DraftCost(t_draft))
+    verify, draft = VerifyCurve(), DraftCost()
+    for n in CALIBRATION_SIZES:
+        for _ in range(3):
+            verify.add(n, curve[n] * math.exp(clock.rng.normal(0.0, clock.sigma)))
+    for _ in range(3):
+        draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
+    return CostModel(verify, draft)
+
+
+def policy_problem(policy: str) -> str | None:
+    """Why ``policy`` is not one a replay runs (None: it is)."""
+    if policy in ("none", "auto") or modes.parse_fixed(policy):
+        return None
+    return f"unknown policy {policy!r}: none, auto or fixed-kK-pP"
+
+
+def build(policy: str, ctx: ModeContext) -> Drafting:
+    """The mode that runs ``policy`` (see ``policy_problem``; ValueError for another name)."""
+    if policy == "none":
+        return target_alone(ctx)
+    if policy == "auto":
+        return draft_model(ctx)
+    fixed = modes.parse_fixed(policy)
+    if fixed is None:
+        raise ValueError(policy_problem(policy))
+    return modes.FixedDraft(*fixed)(ctx)
+
+
+def select(prompts: list[dict], include: str = "", skip: str = "") -> list[dict]:
+    """The prompts whose id matches a pattern of ``include`` (comma-separated, shell-style, e.g.
+    ``code-*,edit-*``; empty: all) and none of ``skip``."""
+
+    def matches(prompt_id: str, patterns: str) -> bool:
+        return any(fnmatch.fnmatchcase(prompt_id, pattern) for pattern in patterns.split(",") if pattern)
+
+    return [p for p in prompts if (not include or matches(p["id"], include)) and not matches(p["id"], skip)]
+
+
+def policy_from(assignments: list[str]) -> Policy:
+    """The default Policy with each ``NAME=VALUE`` applied; ValueError for an unknown name or a
+    value of the wrong kind, listing the known names."""
+    policy = Policy()
+    for assignment in assignments:
+        policy = policy.with_setting(assignment)
+    return policy
+
+
+def parse_burst(text: str) -> tuple[int, int, float]:
+    """``START,LENGTH,FACTOR``: two whole numbers of target evaluations and a slowdown; ValueError
+    saying what it wants otherwise."""
+    problem = ValueError(
+        f"{text!r}: give START,LENGTH,FACTOR: the first target evaluation of the busy stretch (0 or more), "
+        "how many it spans (1 or more) and how much slower they run (a number above 0), e.g. 8,12,1.6"
+    )
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise problem
+    try:
+        start, length, factor = int(parts[0]), int(parts[1]), float(parts[2])
+    except ValueError:
+        raise problem from None
+    if start < 0 or length < 1 or not factor > 0:
+        raise problem
+    return start, length, factor
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def report(results: dict[str, dict[str, Outcome]], policies: list[str]) -> list[str]:
+    """The report's lines: per prompt each policy's speed-up over the target alone ('none'; its
+    tokens/s where 'none' was not replayed), draft length and acceptance; the medians; and with
+    'auto' and a fixed policy, auto over the best fixed one per prompt."""
+    lines = ["prompt".ljust(18) + "".join(p.rjust(20) for p in policies) + "   (speed-up, draft length, acceptance)"]
+    ratios: dict[str, list[float]] = {p: [] for p in policies}
+    for pid, row in results.items():
+        base = row["none"][0] if "none" in row else 1.0
+        cells = []
+        for p in policies:
+            tps, length, alpha = row[p]
+            ratios[p].append(tps / base)
+            cells.append(f"{tps / base:6.2f} {length:5.1f} {alpha:4.2f}".rjust(20))
+        lines.append(pid.ljust(18) + "".join(cells))
+    lines.append("median".ljust(18) + "".join(f"{statistics.median(ratios[p]):6.2f}".rjust(20) for p in policies))
+    fixed = [p for p in policies if modes.parse_fixed(p)]
+    if "auto" in policies and fixed:
+        best = [row["auto"][0] / max(row[p][0] for p in fixed) for row in results.values()]
+        lines.append("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
+    return lines
