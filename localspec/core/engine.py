@@ -201,7 +201,7 @@ class SpeculativeEngine:
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         if not draft.copied:  # copies are the drafter's own business (rules.LookupGate)
-            refused = not drafted and draft.n_evals > 0  # a pass, and nothing it would stand behind
+            refused = draft.refused if not drafted else None  # a pass, and nothing it stood behind
             self.controller.observe(len(drafted), verdict.n_accepted, refused)
         kept = (*drafted[: verdict.n_accepted], verdict.token)
         tested = (len(drafted), verdict.n_accepted)
