@@ -154,7 +154,7 @@ def add_replay_options(p) -> None:
         help="every evaluation's cost times a lognormal factor of this sigma, and the costs calibrated at "
         "load and learnt online as a session does (default 0: the controller is given the recorded curve)",
     )
-    r.add_argument("--seed", type=int, default=None, help="the seed of --noise (default 0)")
+    r.add_argument("--noise-seed", type=int, default=None, help="the seed of --noise (default 0)")
     r.add_argument(
         "--burst",
         type=burst_flag,
@@ -335,7 +335,7 @@ NOT_WITH_RECORDINGS = (
     *("sweep", "control", "resume", "json", "markdown", "plot", "from_json"),
 )
 # the options only --replay reads
-REPLAY_ONLY = ("policies", "noise", "seed", "burst", "no_profile", "shape", "draft_pass", "set", "trace")
+REPLAY_ONLY = ("policies", "noise", "noise_seed", "burst", "no_profile", "shape", "draft_pass", "set", "trace")
 
 
 def given(args, name: str) -> bool:
@@ -415,7 +415,7 @@ def replay_options(args) -> ReplayOptions:
         policies=policies,
         prompts=args.prompts or "",
         noise=args.noise or 0.0,
-        seed=args.seed or 0,
+        seed=args.noise_seed or 0,
         burst=args.burst,
         cold=args.cold,
         no_profile=args.no_profile,

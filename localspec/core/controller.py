@@ -56,11 +56,8 @@ class Controller(Protocol):
 
     def wants_prefill(self) -> bool: ...
 
-    def observe(self, n_drafted: int, n_accepted: int, refused: float | None = None) -> None:
-        """A verify kept ``n_accepted`` of ``n_drafted`` drafts; ``refused``: the drafter ran a
-        pass and proposed nothing, its first token of that confidence, which counts as a one-token
-        draft at that (calibrated) acceptance: a draft that stands behind nothing it sees must
-        stop costing passes."""
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
+        """A verify kept ``n_accepted`` of ``n_drafted`` drafts."""
         ...
 
     def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None: ...
@@ -95,7 +92,7 @@ class FixedController:
     def wants_prefill(self) -> bool:
         return self.k > 0
 
-    def observe(self, n_drafted: int, n_accepted: int, refused: float | None = None) -> None:
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
         self.acceptance.observe(n_drafted, n_accepted)
 
     def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
@@ -266,12 +263,9 @@ class AdaptiveController:
         self.tries.start(self.guard, k_model)
         return replace(trying, k=k_model, predicted_tps=float(rates[k_model])) if k_model else trying
 
-    def observe(self, n_drafted: int, n_accepted: int, refused: float | None = None) -> None:
+    def observe(self, n_drafted: int, n_accepted: int) -> None:
         self._last_drafted = n_drafted
-        if refused is not None:
-            self.acceptance.expect(self.costs.acceptance(refused))
-            self.tries.left = 0  # and a try's trial has its answer: not now
-        elif n_drafted > 0:
+        if n_drafted > 0:
             self.drafted = True
             self.acceptance.observe(n_drafted, n_accepted)
 

@@ -50,7 +50,6 @@ class Draft:
     alpha: float | None = None  # a copy: its source's per-token acceptance estimate for it
     match: int = 0  # a copy: the length of the match it continues
     continuation: tuple[int, ...] = ()  # a copy: all that followed the match, proposed or not
-    refused: float | None = None  # a pass that proposed nothing: its first token's confidence
 
 
 @runtime_checkable
@@ -151,13 +150,11 @@ class ModelDrafter(DrafterBase):
         qs: list[np.ndarray] = []
         conf: list[float] = []
         history = list(context[-max(params.repeat_last_n, 1) :])
-        refused: float | None = None  # the first token's confidence, where the draft proposes none
         rule = MarginalRule(self.costs, k, draft_max, self.policy) if self.costs and self.costs.verify else None
         while True:
             logits = fit_vocab(rows[0], self.n_vocab_target, self._banned)
             token, q, top_p = self._choose(logits, history, params, rng)
             if not self._keep(len(ids), top_p, rule):
-                refused = top_p if not ids else None
                 break
             ids.append(token)
             conf.append(top_p)
@@ -171,10 +168,7 @@ class ModelDrafter(DrafterBase):
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         q_draft = tuple(qs) if not params.greedy else None
-        n_read = max(n_read, 1)
-        return Draft(
-            tuple(ids), q_draft, n_evals, tuple(conf), n_read=n_read, read_seconds=read_seconds, refused=refused
-        )
+        return Draft(tuple(ids), q_draft, n_evals, tuple(conf), n_read=max(n_read, 1), read_seconds=read_seconds)
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt (all but its last token, which the first draft reads) up front;

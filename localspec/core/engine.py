@@ -201,8 +201,7 @@ class SpeculativeEngine:
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         if not draft.copied:  # copies are the drafter's own business (rules.LookupGate)
-            refused = draft.refused if not drafted else None  # a pass, and nothing it stood behind
-            self.controller.observe(len(drafted), verdict.n_accepted, refused)
+            self.controller.observe(len(drafted), verdict.n_accepted)
         kept = (*drafted[: verdict.n_accepted], verdict.token)
         tested = (len(drafted), verdict.n_accepted)
         if picked is None:

@@ -37,13 +37,6 @@ class Acceptance:
             self.rejected = self.decay * self.rejected + (n_accepted < n_drafted)
             self.total = [self.total[0] + n_accepted, self.total[1] + (n_accepted < n_drafted)]
 
-    def expect(self, a: float) -> None:
-        """A one-token draft of acceptance ``a`` that was not verified (the drafter refused it):
-        its expected verdict, ``a`` accepted and ``1 - a`` rejected."""
-        self.accepted = self.decay * self.accepted + a
-        self.rejected = self.decay * self.rejected + (1.0 - a)
-        self.total = [self.total[0] + a, self.total[1] + (1.0 - a)]
-
 
 def prior_from(accepted: int, rejected: int, policy: Policy = DEFAULT) -> float:
     """The prior acceptance from what a pair's profile counted (accepted tokens and

@@ -25,7 +25,6 @@ from localspec.core.sampling import SamplingParams
 from tests.support.fakes import (
     FakeModel,
     NoisyOracleDrafter,
-    RefusingDrafter,
     ScriptedDrafter,
     TimedModel,
     VirtualClock,
@@ -481,39 +480,6 @@ class TestShortDrafts:
         choices = [ctl.choose() for _ in range(200)]
         assert {c.reason for c in choices} == {Reason.ACCEPTANCE, Reason.TRY}
         assert {c.k for c in choices if c.reason is Reason.TRY} == {1}
-
-
-class TestRefusals:
-    """A draft that proposes nothing stops costing: each pass that refuses its first token is
-    one rejection, so drafting switches off within one opening and tries stay rare."""
-
-    @pytest.mark.parametrize("curve, t_draft", [(f16_cpu, 0.033), (cpu_linear, 0.005)], ids=["f16", "q4"])
-    def test_a_draft_that_refuses_every_token_costs_almost_nothing(self, monkeypatch, curve, t_draft):
-        clock = VirtualClock()
-        monkeypatch.setattr(costs_module, "clock", clock)
-        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
-        costs = CostModel({n: curve(n) for n in (1, 2, 3, 4, 6, 8)}, t_draft)
-        alone = list(
-            SpeculativeEngine(TimedModel(fn, V, clock, lambda n, call: curve(n))).generate(PROMPT, GREEDY, 200)
-        )
-        t_alone, clock.now = clock.now, 0.0
-        drafter = RefusingDrafter(clock, t_draft)
-        target = TimedModel(fn, V, clock, lambda n, call: curve(n))
-        steps = list(SpeculativeEngine(target, drafter, AdaptiveController(costs, 8)).generate(PROMPT, GREEDY, 200))
-        assert [t for s in steps for t in s.emitted] == [t for s in alone for t in s.emitted]
-        # the prior (16 verdicts at 0.75) gives way within about 16 refusals on the flattest
-        # curve, and each try then ends at its first refusal: one pass
-        assert drafter.passes <= 0.2 * len(steps)
-        assert t_alone / clock.now >= 0.97, (drafter.passes, t_alone / clock.now)
-
-    def test_a_refusal_counts_as_a_one_token_draft_at_its_confidence(self):
-        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16}, 0.2), 8)
-        before = ctl.alpha
-        ctl.observe(0, 0, refused=0.1)  # calibrated at 0.1 (no rejections measured yet)
-        after = (P.decay * P.prior_weight * before + 0.1) / (P.decay * P.prior_weight + 1)
-        assert ctl.alpha == pytest.approx(after)
-        ctl.observe(0, 0)  # a step that drafted nothing and ran no pass: no verdict
-        assert ctl.alpha == pytest.approx(after)
 
 
 class TestConvergence:

@@ -136,20 +136,3 @@ def fixed_k(controller) -> int | None:
 
     choice = controller.state()
     return choice.k if choice.reason is Reason.FIXED else None
-
-
-class RefusingDrafter(DrafterBase):
-    """A draft that runs a pass every step and stands behind nothing it sees (an MTP head or a
-    draft model that refuses every first token, ``confidence`` sure of it: a head whose logits
-    carry nothing is nearly uniform over its vocabulary): each draft costs ``t_draft`` on ``clock``."""
-
-    name = "refusing"
-
-    def __init__(self, clock, t_draft: float, confidence: float = 0.01) -> None:
-        self.clock, self.t_draft, self.confidence = clock, t_draft, confidence
-        self.passes = 0
-
-    def draft(self, context, k, params, rng, draft_max=0):
-        self.passes += 1
-        self.clock.now += self.t_draft
-        return Draft((), n_evals=1, refused=self.confidence)
