@@ -125,9 +125,9 @@ class SpeculativeEngine:
         # budget in place of a step of the target alone
         n_copy = max(k, self.controller.draft_max) if k else draft_max
         copies = [c.draft(context, n_copy, params, rng) for c in self.copiers] if n_copy > 0 else []
-        picked = self.controller.pick(copies, k)
-        if picked is not None:  # its verdict is the copier's business, not the acceptance's
-            draft = replace(picked, copied=True)
+        copy = self.controller.pick(copies, k)
+        if copy is not None:  # its verdict is the copier's business, not the acceptance's
+            draft = replace(copy, copied=True)
         else:
             draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
@@ -148,7 +148,7 @@ class SpeculativeEngine:
             t2 = _costs.clock()
             verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
-        self._learn(draft, picked, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
+        self._learn(draft, copy, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
         # a draft model that caught up on the prompt or a stretch it did not see is not a
         # drafting step's speed, so the guard does not see it (tries pay for it: controller)
@@ -189,7 +189,7 @@ class SpeculativeEngine:
         return verify_speculative(drafted, p_target, q_draft, rng)
 
     def _learn(
-        self, draft: Draft, picked: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify
+        self, draft: Draft, copy: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify
     ):
         costs = self.controller.costs
         costs.observe_verify(n_verified, t_verify)
@@ -204,10 +204,10 @@ class SpeculativeEngine:
             self.controller.observe(len(drafted), verdict.n_accepted)
         kept = (*drafted[: verdict.n_accepted], verdict.token)
         tested = (len(drafted), verdict.n_accepted)
-        if picked is None:
+        if copy is None:
             self.drafter.observe(draft, tested, kept)
-        for copier, copy in zip(self.copiers, copies):
-            copier.observe(copy, tested if copy is picked else None, kept)
+        for copier, proposed in zip(self.copiers, copies):
+            copier.observe(proposed, tested if proposed is copy else None, kept)
 
 
 def cut(target: CachedModel, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
