@@ -226,7 +226,9 @@ class TestTries:
             c.observe(choice.k, choice.k)
             c.observe_rate(choice.k + 1, step_seconds(c.costs, choice.k))
             choice = c.choose()
-        assert c.on() and c.resumed and c.tries.failed == 0 and c.tries.budget.share == P.first_try_share
+        choice = c.choose()
+        assert choice.k > 0 and choice.reason is Reason.ON and choice.resumed
+        assert said(c).line.startswith("on: a try found drafting pays again")
 
     def test_what_a_slow_trial_lost_fades_with_the_steps_since(self):
         c = self.vetoed_on_zen4()
@@ -339,7 +341,8 @@ class TestMeasuredGuard:
         ks = [s.k for s in steps]
         off = ks.index(0)  # after the opening and the guard's trial
         assert off <= P.opening_steps + P.trial_steps + 1
-        assert sum(k > 0 for k in ks[off:]) <= P.trial_steps and c.tries.failed == 1  # one try, which failed
+        assert sum(k > 0 for k in ks[off:]) <= P.trial_steps  # one try at most
+        assert c.state().reason is Reason.GUARD and said(c).line.startswith("off: drafting measured")  # it failed
         plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), FixedController(CostModel({1: 1.0}), 0))
         assert [t for s in steps for t in s.emitted] == [
             t for s in plain.generate(PROMPT, GREEDY, 80) for t in s.emitted
