@@ -1,7 +1,7 @@
-"""Budgets for work a step may do beyond the best k: tries of drafting while it is off (the
-controller's), and measurements of verify sizes the curve is unsure of (``Explorer``). Each
-earns a share of something every step and spends only what it holds, so the work costs at
-most that share."""
+"""Budgets for work a step may do beyond the best k: tries of drafting while it is off
+(``Tries``, priced by ``price_of_try``), and measurements of verify sizes the curve is unsure of
+(``Explorer``). Each earns a share of something every step and spends only what it holds, so
+the work costs at most that share."""
 
 from __future__ import annotations
 
