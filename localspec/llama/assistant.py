@@ -27,7 +27,6 @@ are no draft of anything.
 from __future__ import annotations
 
 import ctypes
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,9 +37,7 @@ from llama_cpp import llama_cpp_ext as X
 from ..core.protocol import CachedModel
 from .backend import BackendError, LlamaModel, ModelLoadError, load_model
 from .log import llama_errors, llama_reason
-from .mtp import TargetVocab, add_entry, draft_context_params
-
-log = logging.getLogger(__name__)
+from .mtp import TargetVocab, add_entry, draft_context_params, zero_state
 
 ARCH = "gemma4-assistant"
 TARGET_ARCH = "gemma4"
@@ -130,14 +127,7 @@ class AssistantModel(TargetVocab, CachedModel):
         if h is not None:
             return h
         if pos >= 0:
-            self.zero_states += 1
-            if self.zero_states == 1:
-                log.warning(
-                    "%s: no hidden state of the target at position %d (evaluated before the assistant "
-                    "was loaded?): drafting from zeros there",
-                    self.name,
-                    pos,
-                )
+            return zero_state(self, pos, "the assistant")
         return np.zeros(self.n_embd, dtype=np.float32)
 
     def describe(self) -> str:

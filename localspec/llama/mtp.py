@@ -184,15 +184,7 @@ class MtpModel(TargetVocab, CachedModel):
             return h, False
         if self._own is not None and self._own[0] == pos - 1:
             return self._own[1], True
-        self.zero_states += 1
-        if self.zero_states == 1:
-            log.warning(
-                "%s: no hidden state of the target at position %d (evaluated before the MTP layer "
-                "was loaded?): drafting from zeros there",
-                self.name,
-                pos - 1,
-            )
-        return np.zeros(self.n_embd, dtype=np.float32), True
+        return zero_state(self, pos - 1, "the MTP layer"), True
 
     def describe(self) -> str:
         heads = f"first of {self.target.n_nextn} MTP layers" if self.target.n_nextn > 1 else "MTP layer"
@@ -221,6 +213,22 @@ def heads_note(path: Path | str, arch: str, n_heads: int) -> str | None:
         f"{Path(path).name} has {n_heads} MTP layers (heads); localspec drafts every position with "
         f"the first, where llama.cpp's draft-mtp uses head i at draft position i"
     )
+
+
+def zero_state(drafter, pos: int, what: str) -> np.ndarray:
+    """Zeros in place of the target's hidden state at ``pos``, which it evaluated before it kept
+    its states: counted in ``drafter.zero_states`` and logged once, since drafts from zeros are
+    poor and nothing else would show it."""
+    drafter.zero_states += 1
+    if drafter.zero_states == 1:
+        log.warning(
+            "%s: no hidden state of the target at position %d (evaluated before %s was loaded?): "
+            "drafting from zeros there",
+            drafter.name,
+            pos,
+            what,
+        )
+    return np.zeros(drafter.n_embd, dtype=np.float32)
 
 
 def add_entry(name: str, batch, token: int, pos: int, h: np.ndarray, pos_buf, output: bool) -> None:
