@@ -105,6 +105,11 @@ def best_k(rates: np.ndarray, policy: Policy) -> int:
     return k if rates[k] >= policy.min_gain * rates[0] else 0
 
 
+def best_gain(rates: np.ndarray) -> float:
+    """The best expected rate over the target alone's (k = 0 among the candidates)."""
+    return float(rates.max() / rates[0])
+
+
 def off_choice(rates: np.ndarray, alpha: float, k_model: int, guard_tps: float | None) -> Choice:
     """A step without drafting: the learnt acceptance does not pay or, where the model wants
     ``k_model`` > 0 drafts, the guard measured drafting slower than the target alone."""
@@ -164,8 +169,7 @@ class AdaptiveController:
 
     def best_case(self) -> float:
         """Drafting's speed-up at ``policy.optimistic_alpha`` and its best k."""
-        rates = self.speeds(self.policy.optimistic_alpha)
-        return float(rates.max() / rates[0])
+        return best_gain(self.speeds(self.policy.optimistic_alpha))
 
     def model_k(self, rates: np.ndarray | None = None) -> int:
         """The k the model wants (a gate's cap whenever the hardware could pay)."""
@@ -252,9 +256,10 @@ class AdaptiveController:
         if self.tries.left > 0:
             self.tries.left -= 1
             return trying
-        best_case = self.best_case()
+        optimistic = self.speeds(self.policy.optimistic_alpha)
+        best_case = best_gain(optimistic)
         if best_case < self.policy.probe_gain:  # the hardware rules drafting out, whatever the acceptance
-            return hardware_choice(off, self.speeds(self.policy.optimistic_alpha), self.policy.optimistic_alpha)
+            return hardware_choice(off, optimistic, self.policy.optimistic_alpha)
         waits = self._steps <= self.policy.opening_steps and not (self._protected or self.drafted)
         k, guard = probe_k if self.gated or k_model == 0 else k_model, self.guard if k_model else None
         stake = (best_case - 1.0) * self.costs.T(1)

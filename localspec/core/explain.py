@@ -67,8 +67,7 @@ def _words(c: Choice, costs: CostModel) -> DraftingState:
         return DraftingState(True, c.k, f"k={c.k} every step ({c.note})")
     if c.reason is Reason.UNMEASURED:
         return DraftingState(True, c.k, f"nothing measured yet: starting at k={c.k}")
-    t1 = costs.T(1)
-    draft_cost, check2 = costs.t_draft / t1, costs.T(2) / t1
+    _, draft_cost, check2 = _units(costs)
     if c.reason is Reason.ON:
         return _on(c, costs)
     if c.reason is Reason.GATED:
@@ -84,9 +83,15 @@ def _words(c: Choice, costs: CostModel) -> DraftingState:
     return _off(c, costs)
 
 
-def _on(c: Choice, costs: CostModel) -> DraftingState:
+def _units(costs: CostModel) -> tuple[float, float, float]:
+    """T(1) in seconds, a draft pass and checking 2 tokens in target passes."""
     t1 = costs.T(1)
-    k, draft_cost = c.best_k, costs.t_draft / t1
+    return t1, costs.t_draft / t1, costs.T(2) / t1
+
+
+def _on(c: Choice, costs: CostModel) -> DraftingState:
+    t1, draft_cost, _ = _units(costs)
+    k = c.best_k
     again = "a try found drafting pays again; " if c.resumed else ""
     cost = f"a draft token costs {draft_cost:.2f} of a target pass, " if costs.t_draft else ""
     extended = f"; up to {c.draft_max} while the draft is sure of every token" if c.draft_max > k else ""
@@ -101,8 +106,7 @@ def _on(c: Choice, costs: CostModel) -> DraftingState:
 def _off(c: Choice, costs: CostModel) -> DraftingState:
     """Off: the hardware rules drafting out (never tried), the learnt acceptance does not pay
     (tried again now and then), or the guard measured drafting slower."""
-    t1 = costs.T(1)
-    draft_cost, check2 = costs.t_draft / t1, costs.T(2) / t1
+    t1, draft_cost, check2 = _units(costs)
     draft = f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else ""
     words = f"{draft}checking 2 tokens costs {check2:.2f} passes"
     if c.reason is Reason.HARDWARE:
