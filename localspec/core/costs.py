@@ -11,15 +11,15 @@ from here, so an estimate that is wrong is wrong everywhere: it has to be robust
   building, kernel selection on a GPU) is one sample among many and moves nothing.
 - **A thin size is taken at its lowest sample.** Until a size holds MIN_SAMPLES samples a median
   is no guard (of two it is their mean), and load only ever adds time: a size met only on long
-  runs past k (9 in a warm sweep) read 4.0 T(1) from two samples against 2.2 measured directly,
-  and the slope past it put T(16) at 16.8 T(1), where no draft would ever go to correct it.
+  runs past k would otherwise read its cost from a busy sample or two, and the slope past it
+  would price every larger size out, where no draft would ever go to correct it.
 - **No size can inflate another.** A verify of n tokens is never cheaper than one of fewer, so
   the curve is made non-decreasing, but by a robust isotonic fit (pool adjacent violators with
   medians of the pooled samples), not by carrying a running maximum forward: one high size is
   outvoted by its neighbours instead of lifting every larger size.
 - **Sizes never measured** are linear between measured ones and, beyond the largest, follow
-  the median of the measured slopes: the last two sizes may straddle a kernel's step (7 on the
-  Zen 4 EPYC), and that slope carried on put T(16) at 1.4x what it measured.
+  the median of the measured slopes: the last two sizes may straddle a kernel's step, and that
+  one slope carried on overprices every larger size.
 - **Old or thin estimates are known to be so** (``uncertain``): the controller tries such a
   size now and then when it could win (see ``budget.Explorer``), so an estimate that is wrong
   gets corrected by a measurement within a bounded number of steps.
