@@ -8,14 +8,10 @@ import asyncio
 import html
 import re
 import threading
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.cells import cell_len
-from textual.app import App
-from textual.message import Message
 
 from localspec.chat.session import PairSpec
 from localspec.settings import Settings
@@ -148,33 +144,21 @@ def make_app(
 # its work takes (a screen switch and a load took over 5 s once on a busy 2-core machine).
 STUCK_S = 120.0
 
-_handled: weakref.WeakKeyDictionary[App, asyncio.Event] = weakref.WeakKeyDictionary()
-
-
-def message_hook(app: App) -> Callable[[Message], None]:
-    """``App.run_test``'s message hook for ``app`` (tests/tui/conftest.py gives every test app
-    one): it tells ``wait_for`` that the app has handled a message."""
-    handled = _handled.setdefault(app, asyncio.Event())
-    return lambda message: handled.set()
+# Between looks the app runs this long: its workers' messages are handled, and what a worker
+# thread changes after its last message is seen at the next look.
+LOOK_AGAIN_S = 0.02
 
 
 async def wait_for(pilot, predicate, bound: float = STUCK_S):
-    """Let the app run until predicate() holds, looking again each time the app has handled a
-    message: what a worker thread does reaches the app as messages (its steps, its end), so the
-    state a test waits for is there after one of them, however long the work took."""
-    handled = _handled[pilot.app]
+    """Let the app run until predicate() holds, looking again every LOOK_AGAIN_S, however long
+    the work takes; only an app that is stuck reaches ``bound``."""
     loop = asyncio.get_running_loop()
     end = loop.time() + bound
-    while True:
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError(f"condition not reached within {bound:g} s: the app is stuck")
         # the widgets drain their messages (a drain that never ends is no failure: tests/tui/conftest.py)
-        await pilot.pause(0)
-        handled.clear()  # before looking: a message from here on wakes the wait below
-        if predicate():
-            return
-        try:
-            await asyncio.wait_for(handled.wait(), end - loop.time())
-        except TimeoutError:
-            raise AssertionError(f"condition not reached within {bound:g} s: the app is stuck") from None
+        await pilot.pause(LOOK_AGAIN_S)
 
 
 async def settled(app, pilot):

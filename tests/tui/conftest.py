@@ -6,18 +6,12 @@ never runs it, so the wait gives up after 30 s with ``WaitForScreenTimeout``: cl
 runs failed there, in a different test each time, none of them failing alone. The key was
 posted and the app runs on; what a test asserts it waits for with a bound of its own
 (``tests.support.tui.wait_for``), so an app really stuck still fails.
-
-And every app a test runs tells ``wait_for`` each message it handles (``run_test``'s message
-hook), so a test waits on the app's messages rather than polling a clock.
 """
 
 from __future__ import annotations
 
 import pytest
-from textual.app import App
 from textual.pilot import Pilot, WaitForScreenTimeout
-
-from tests.support.tui import message_hook
 
 DRAIN_TIMEOUT = 10.0  # a drain takes milliseconds; past this a widget that went away holds it
 
@@ -33,13 +27,3 @@ def _tolerant_drain(monkeypatch):
             return False  # as the pilot answers when the screen itself is gone
 
     monkeypatch.setattr(Pilot, "_wait_for_screen", tolerant)
-
-
-@pytest.fixture(autouse=True)
-def _messages_seen(monkeypatch):
-    run_test = App.run_test
-
-    def with_hook(self, **kwargs):
-        return run_test(self, message_hook=message_hook(self), **kwargs)
-
-    monkeypatch.setattr(App, "run_test", with_hook)
