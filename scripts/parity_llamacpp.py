@@ -354,8 +354,9 @@ def _step(s: Step | None) -> dict | None:
 # --- running and reporting ------------------------------------------------------------------
 def write_models(d: Path) -> dict[str, Path]:
     return {
-        # an MTP block that agrees with its target about a quarter of the time (hybrid_gguf)
-        "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=0.2),
+        # an MTP block that agrees with its target most of the time, and only from its hidden
+        # states; the target sometimes leaves its cycle, so some drafts are rejected (hybrid_gguf)
+        "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=1.2),
         "target": write_tiny_qwen35(d / "target.gguf", seed=1),
         "draft": write_tiny_qwen35(d / "draft.gguf", seed=2, noise_of=1, noise=0.15),
     }

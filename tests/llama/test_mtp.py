@@ -1,6 +1,7 @@
 """Drafting with the target's own next-token-prediction layer (MTP), on tiny qwen35 models with an
 MTP block that the tests write (F32 weights: exact identity). The block is built to agree with
-the target often but not always (``hybrid_gguf``), so steps accept some drafts and reject others."""
+the target often but not always, and only when it reads the target's hidden states
+(``hybrid_gguf``), so steps accept some drafts and reject others."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from localspec.core.sampling import SamplingParams, process
 from localspec.llama.backend import BackendError, LlamaModel, ModelLoadError
 from localspec.llama.log import llama_errors
 from localspec.llama.mtp import MtpModel, add_entry, heads_note
-from tests.support.forced import GREEDY, beside_target_alone, generate
+from tests.support.forced import GREEDY, acceptance, beside_target_alone, generate
 from tests.support.hybrid_gguf import write_tiny_qwen35
+from tests.support.states import WRONG, feed_wrong, token_embeddings
 
 TEXT = "hello world def code the model is fast"
 
@@ -29,7 +31,8 @@ TEXT = "hello world def code the model is fast"
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("mtp")
     return {
-        "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=0.2),
+        # layers that add enough to the embedding that the target sometimes leaves its cycle
+        "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=1.2),
         "plain": write_tiny_qwen35(d / "plain.gguf", seed=1),
         # the key without the block's tensors: what a conversion that dropped them writes
         "no_block": write_tiny_qwen35(d / "no-block.gguf", seed=1, mtp=True, mtp_tensors=False),
@@ -93,6 +96,24 @@ class TestGreedy:
         mtp.truncate(0)
         _, again = generate(target, ModelDrafter(mtp, target.n_vocab), 3, prompt)
         assert [s.drafted for s in first] == [s.drafted for s in again]
+
+
+class TestTheTargetsStates:
+    """The block drafts from the target's state before each position: from the right ones most
+    drafts are kept, from zeros, the state one position earlier or another layer's hardly any
+    (this fixture keeps about 0.8 and under 0.05 of them: the bounds leave a wide margin)."""
+
+    def test_from_the_right_states_most_drafts_are_kept(self, pair):
+        target, mtp = pair
+        drafter = ModelDrafter(mtp, target.n_vocab, p_min=0.0)
+        assert acceptance(target, drafter, 3, target.tokenize(TEXT)) >= 0.6
+
+    @pytest.mark.parametrize("how", WRONG)
+    def test_from_wrong_states_hardly_any_are(self, files, pair, monkeypatch, how):
+        target, mtp = pair
+        feed_wrong(monkeypatch, how, target, token_embeddings(files["mtp"]))
+        drafter = ModelDrafter(mtp, target.n_vocab, p_min=0.0)
+        assert acceptance(target, drafter, 3, target.tokenize(TEXT)) <= 0.2
 
 
 class TestMissingStates:

@@ -33,3 +33,11 @@ def beside_target_alone(target, drafter, k: int, prompt, n: int = 60) -> tuple[l
     target.truncate(0)
     got, steps = generate(target, drafter, k, prompt, n)
     return expected, got, sum(len(s.drafted) for s in steps), sum(s.n_accepted for s in steps)
+
+
+def acceptance(target, drafter, k: int, prompt, n: int = 48) -> float:
+    """Tokens accepted over tokens drafted in a greedy reply of ``n`` tokens, ``drafter``
+    drafting ``k`` every step; the target's cache is emptied first."""
+    target.truncate(0)
+    _, steps = generate(target, drafter, k, prompt, n)
+    return sum(s.n_accepted for s in steps) / sum(len(s.drafted) for s in steps)

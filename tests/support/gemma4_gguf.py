@@ -1,4 +1,5 @@
-"""Write a tiny ``gemma4`` target and a tiny ``gemma4-assistant`` drafter for it (random F32 weights).
+"""Write a tiny ``gemma4`` target and a tiny ``gemma4-assistant`` drafter for it (F32 weights,
+random but for ``cycle``'s).
 
 Gemma 4 interleaves sliding-window (SWA) attention layers with global ones; the E-sizes' last
 layers keep no KV cache of their own but reuse an earlier layer's ("shared KV layers"). Its
@@ -13,12 +14,14 @@ Keys and shapes are llama.cpp's (``src/models/gemma4.cpp``, ``src/models/gemma4-
 ``llama_model::create_memory``); numpy shapes are ggml's ``ne`` reversed, and every tensor written
 is one the loader takes. The vocabulary is ``tiny_gguf``'s SPM one.
 
-Random weights would make the assistant agree with the target by chance only, so both are built
-around the same low-rank output: the target's ``output`` is ``B @ P`` (P: orthonormal rows), the
-assistant's tied embedding is ``B`` and its input projection passes ``P x`` through. Each then
-predicts mostly what the current token's embedding alone predicts; ``residual`` (what the layers
-add to the residual stream) and ``state`` (how much the assistant reads the hidden state) make
-them part where those add enough.
+Random weights would make the assistant agree with the target by chance only, and one that
+predicts from the token alone would agree as well from any hidden state; so both are built by
+``cycle``: the target recites a cycle of pieces, its next token a function of its hidden state,
+and the assistant's input projection reads the code of the next token from that state (and the
+token's embedding weakly, at random), so it drafts what the target says only from the right
+state. ``residual`` (what the layers add to the residual stream) makes the target leave its
+cycle now and then where it adds enough (past about 4), and the assistant's drafts are rejected
+there.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.support.cycle import DIM, cycle
 from tests.support.hybrid_gguf import _weights
 from tests.support.tiny_gguf import CHATML, add_spm_vocab, vocab
 
@@ -54,11 +58,10 @@ class Gemma4Shape:
 
 @dataclass(frozen=True)
 class AssistantShape:
-    n_embd: int = 32
+    n_embd: int = DIM  # it holds a piece's code (``cycle``): at least DIM
     n_head: int = 4
     n_ff: int = 64
     swa: tuple[bool, ...] = (True, False)
-    rank: int = 32  # of the output shared with the target (B @ P): at most this n_embd
 
 
 TINY = Gemma4Shape()
@@ -72,22 +75,24 @@ def write_tiny_gemma4(
     shape: Gemma4Shape = TINY,
     n_ctx: int = 2048,
     residual: float = 1.0,
-    rank: int = TINY_ASSISTANT.rank,
 ) -> Path:
     """The target. ``residual`` is the weight of every post-attention and post-FFN norm: how
-    much each layer adds to the scaled embedding (RMS sqrt(n_embd)) it starts from; ``rank``:
-    its assistant's (see the module docstring)."""
+    much each layer adds to the scaled embedding (RMS sqrt(n_embd)) it starts from."""
     s = shape
     w = _writer(path, "gemma4", f"tiny-gemma4-{seed}", n_ctx)
     _add_attention(w, s, s.swa, s.n_embd, s.n_head, s.n_ff)
     w.add_block_count(s.n_layer)
     w.add_shared_kv_layers(s.shared_kv)
     w.add_embedding_length_per_layer_input(0)  # no per-layer embeddings (the E-sizes have them)
-    b, p = _low_rank(seed, s.n_embd, rank)
+    cyc = cycle(seed, s.n_embd)
     for name, np_shape, scale in _target_tensors(s):
         data = _weights(seed, name, np_shape, scale)
-        if name == "output.weight":
-            data = b @ p
+        if name == "token_embd.weight":
+            data = cyc.embeddings(seed)
+        elif name == "output.weight":
+            data = cyc.head(0.2)  # a winning logit of about 7
+        elif name == "output_norm.weight":
+            data = cyc.signs
         elif name.endswith(_POST_NORMS):
             data *= residual
         w.add_tensor(name, data.astype(np.float32))
@@ -105,23 +110,30 @@ def write_tiny_assistant(
     state: float = 1.0,
 ) -> Path:
     """The assistant of the target written with ``target_seed`` and shape ``target``.
-    ``state``: the RMS of what the hidden state adds to the projected embedding (RMS sqrt of
-    the target's n_embd)."""
+    ``state``: the RMS of the code it reads from the hidden state, in units of the target's
+    scaled embedding (RMS sqrt of its n_embd); what its layers add is ``residual`` each."""
     s, t = shape, target
     w = _writer(path, "gemma4-assistant", f"tiny-gemma4-assistant-{target_seed}", n_ctx)
     _add_attention(w, t, s.swa, s.n_embd, s.n_head, s.n_ff)
     w.add_block_count(len(s.swa))
     w.add_nextn_predict_layers(len(s.swa))  # every layer is a draft layer: no trunk
     w.add_embedding_length_out(t.n_embd)
-    b, p = _low_rank(target_seed, t.n_embd, s.rank)
+    cyc = cycle(target_seed, t.n_embd)
+    # a state of RMS 1 holding a code is read as the next one with RMS sqrt(t.n_embd / s.n_embd)
+    # (its width in ``cycle``): these bring that to the scaled embedding's, and back
+    gain = np.sqrt(s.n_embd / t.n_embd)
     for name, np_shape, scale in _assistant_tensors(s, t):
         data = _weights(target_seed + 1000, name, np_shape, scale)
-        if name == "token_embd.weight":  # tied: the logits are B @ norm(P x + ...)
-            data = np.pad(b, ((0, 0), (0, s.n_embd - s.rank)))
-        elif name == "nextn.pre_projection.weight":  # [embedding ; state] -> P embedding + state
-            data[: s.rank, : t.n_embd] = p
-            data[s.rank :, : t.n_embd] = 0.0
-            data[:, t.n_embd :] *= state
+        if name == "token_embd.weight":  # tied, the output F R: the successor of the code it holds
+            data = np.zeros(np_shape)
+            data[:, :DIM] = 0.2 / gain * cyc.codes @ cyc.rotation  # a winning logit of about 7, as the target's
+        elif name == "nextn.pre_projection.weight":  # [embedding ; state] -> the next code
+            data[:, : t.n_embd] *= 0.05  # the embedding, weakly: a draft from it alone is a guess
+            data[:, t.n_embd :] = 0.0
+            data[:DIM, t.n_embd :] = cyc.reader() * state * np.sqrt(t.n_embd) * gain
+        elif name == "nextn.post_projection.weight":  # the code it holds -> the target's state for it
+            data = np.zeros(np_shape)
+            data[:, :DIM] = cyc.writer() / gain
         elif name.endswith(_POST_NORMS):
             data *= residual
         w.add_tensor(name, data.astype(np.float32))
@@ -172,21 +184,11 @@ def _finish(w, path) -> Path:
     return Path(path)
 
 
-def _low_rank(seed: int, n_embd: int, rank: int) -> tuple[np.ndarray, np.ndarray]:
-    """B (n_vocab x rank) and P (rank x n_embd, orthonormal rows): the target's output is B @ P.
-    B's scale gives logits a spread of a few units, so greedy ties are unlikely."""
-    n_vocab = len(vocab()[0])
-    rng = np.random.default_rng([seed, 4])
-    b = rng.standard_normal((n_vocab, rank)) * 3.0 / np.sqrt(rank)
-    q, _ = np.linalg.qr(rng.standard_normal((n_embd, rank)))
-    return b.astype(np.float32), q.T.astype(np.float32)
-
-
 def _target_tensors(s: Gemma4Shape) -> Iterator[tuple[str, tuple[int, ...], float | None]]:
     """(name, numpy shape, scale) as ``hybrid_gguf.tensor_specs``: scale None is a norm (ones)."""
     e, n_vocab = s.n_embd, len(vocab()[0])
     yield "token_embd.weight", (n_vocab, e), 1.0
-    yield "output.weight", (n_vocab, e), 1.0  # (B @ P, see write_tiny_gemma4)
+    yield "output.weight", (n_vocab, e), 1.0  # (set by ``cycle``, see write_tiny_gemma4)
     yield "output_norm.weight", (e,), None
     yield "rope_freqs.weight", (s.head_dim // 2,), None  # the global layers' (one for all)
     kv_from = s.n_layer - s.shared_kv

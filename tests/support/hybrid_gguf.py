@@ -1,4 +1,5 @@
-"""Write tiny ``qwen35``-architecture GGUF models (random F32 weights) for tests of the real backend.
+"""Write tiny ``qwen35``-architecture GGUF models (F32 weights, random but for ``cycle``'s in a file
+with MTP blocks) for tests of the real backend.
 
 Qwen3.5/3.6 are hybrids: three gated delta-net layers (a recurrent state, no KV cache) to one
 full-attention layer. Such a cache cannot drop a tail the way a KV cache does, which is what
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.support.cycle import Cycle, cycle
 from tests.support.tiny_gguf import CHATML, add_spm_vocab, vocab
 
 
@@ -73,10 +75,14 @@ def write_tiny_qwen35(
     ``mtp`` appends that many next-token-prediction blocks (``nextn``; True: one) after the
     trunk; ``mtp_tensors=False`` declares them without writing their tensors, as a conversion
     that dropped them (llama.cpp then refuses the file, naming the first). Random weights
-    would make it agree with the target by chance only (1 in ~300), so it is built to agree
-    often: its input projection passes the next token's embedding through, so it predicts what
-    that embedding alone predicts, and ``residual`` < 1 scales down what the trunk's layers add
-    to the embedding, so the target mostly predicts the same (it parts where they add enough)."""
+    would make it agree with the target by chance only (1 in ~300), and an MTP block that
+    predicts from the token alone would agree as well from any hidden state; so a file with MTP
+    blocks is built by ``cycle``: the target recites a cycle of pieces, its next token a
+    function of its hidden state, and the block's input projection reads the code of the next
+    token from the state (and the token's embedding weakly, at random), so it drafts what the
+    target says only from the right state. ``residual`` scales what the trunk's layers add to
+    the embedding: up to about 1 the target keeps to its cycle; past that it leaves it now and
+    then, more often as ``residual`` grows, and the block's drafts are rejected there."""
     import gguf
 
     path = Path(path)
@@ -89,20 +95,34 @@ def write_tiny_qwen35(
     add_spm_vocab(w, tokens, scores, types)
     if chat_template:
         w.add_chat_template(chat_template)
+    cyc = cycle(seed, s.n_embd) if mtp else None
     for name, np_shape, scale in tensor_specs(s, len(tokens), mtp if mtp_tensors else 0, residual):
         data = _weights(seed, name, np_shape, scale)
-        if name.endswith("nextn.eh_proj.weight"):  # [embedding ; hidden] -> the embedding
-            data[:, : s.n_embd] += np.eye(s.n_embd, dtype=np.float32)
         if noise_of is not None and scale is not None:
             data = _weights(noise_of, name, np_shape, scale) + noise * abs(scale) * _weights(
                 seed + 10_000, name, np_shape, 1.0
             )
+        if cyc is not None:
+            data = _recites(cyc, seed, name, data)
         w.add_tensor(name, data.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _recites(cyc: Cycle, seed: int, name: str, data: np.ndarray) -> np.ndarray:
+    """A target's tensor as ``cycle`` sets it, for a file with MTP blocks; else ``data``."""
+    if name == "token_embd.weight":
+        return cyc.embeddings(seed)
+    if name == "output.weight":
+        return cyc.head(0.2)  # a winning logit of about 7
+    if name == "output_norm.weight":
+        return cyc.signs
+    if name.endswith("nextn.eh_proj.weight"):  # [embedding ; state]: the state's next code, in P
+        data[:, data.shape[1] // 2 :] = cyc.basis @ cyc.reader()
+    return data
 
 
 def add_qwen35_metadata(w, s: HybridShape, mtp: int, n_ctx: int) -> None:
