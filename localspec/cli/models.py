@@ -183,6 +183,8 @@ def cmd_import(args, settings, catalog) -> int:
         params=info.params,
         family=info.arch,
         kv_bytes_per_token=info.kv_bytes_per_token,
+        state_bytes=info.state_bytes,
+        n_embd=info.n_embd,
         path=dest,
     )
     try:

@@ -254,7 +254,7 @@ class LlamaModel(CachedModel):
         the MTP layer reads: llama.cpp hands it over for every token of an evaluation."""
         if self.hidden is None:
             X.llama_set_embeddings_nextn(self._ctx, True, False)
-            self.hidden = HiddenStates(int(L.llama_model_n_embd_out(self._model)))
+            self.hidden = HiddenStates(int(L.llama_model_n_embd_out(self._model)), self.n_ctx)
         return self.hidden
 
     @property
@@ -393,22 +393,19 @@ _MAX_TEXT_BYTES = 2**31 - 1
 
 class HiddenStates:
     """A model's final hidden state at each position it evaluated (rows past its cache are
-    stale): what an MTP layer reads beside the next token."""
+    stale): what an MTP layer reads beside the next token. One row per position of the
+    context, at most (``memory.hidden_state_bytes``)."""
 
-    def __init__(self, n_embd: int) -> None:
+    def __init__(self, n_embd: int, n_ctx: int) -> None:
         self.n_embd = n_embd
-        self.rows = np.zeros((0, n_embd), dtype=np.float32)
-        self.kept = np.zeros(0, dtype=bool)  # positions evaluated since the states were kept
+        # zeros from calloc: the pages of a large array take memory as rows are written, so a
+        # chat's context fills it gradually, and it never grows past the context or is copied
+        self.rows = np.zeros((n_ctx, n_embd), dtype=np.float32)
+        self.kept = np.zeros(n_ctx, dtype=bool)  # positions evaluated since the states were kept
 
     def put(self, start: int, ptr, n: int) -> None:
         if not ptr:
             raise BackendError("llama.cpp returned no hidden states (is this a model with MTP layers?)")
-        if start + n > len(self.rows):  # grow by doubling: a chat's context fills up gradually
-            size = max(start + n, 2 * len(self.rows), 256)
-            grown = np.zeros((size, self.n_embd), dtype=np.float32)
-            grown[: len(self.rows)] = self.rows
-            self.rows = grown
-            self.kept = np.concatenate([self.kept, np.zeros(size - len(self.kept), dtype=bool)])
         self.rows[start : start + n] = np.ctypeslib.as_array(ptr, shape=(n, self.n_embd))
         self.kept[start : start + n] = True
 

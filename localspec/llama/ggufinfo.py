@@ -6,7 +6,8 @@ parameters, quantization, context length, vocab size, KV-cache bytes per token) 
 vocabulary as llama.cpp sees it (``vocab_info``), so ``compat.check_compatible`` can judge a
 pair without loading either model. The tensor table gives the bytes per layer for the GPU
 offload plan (``read_model_layout``) and whether the MTP layers a file declares are in it
-(``mtp_layers``).
+(``mtp_layers``). The sizes of the KV cache and the other states are ``memory``'s formulas,
+fed the metadata read here.
 
 Why not ``gguf.GGUFReader``: it builds a numpy view per array element, which takes about 9 s
 for a 151k-token vocabulary with its merges. We parse the header and key/value section
@@ -31,6 +32,7 @@ import numpy as np
 
 from ..core.options import MAX_DRAFT as MAX_SNAPSHOTS  # (the longest draft a verify drops)
 from .compat import VocabInfo
+from .memory import footprint, hidden_width, kv_bytes_per_token, nextn_layers_of, recurrent_state_bytes, snapshots_for
 from .mtplayers import MtpLayers
 from .offload import ModelLayout
 
@@ -136,8 +138,10 @@ class GgufInfo:
     context_length: int | None
     n_vocab: int
     size_bytes: int
-    kv_bytes_per_token: int  # K and V in F16 for every layer: 2 * n_layer * n_kv_head * head_dim * 2
+    kv_bytes_per_token: int  # K and V in F16 for every layer with a cache (memory.kv_bytes_per_token)
     nextn_layers: int = 0  # next-token-prediction (MTP) layers: the model can draft for itself
+    state_bytes: int = 0  # one copy of a recurrent or hybrid model's state (memory.recurrent_state_bytes)
+    n_embd: int = 0  # the hidden states' width an MTP layer or an assistant reads (memory.hidden_width)
 
 
 def read_metadata(path: Path | str) -> tuple[dict[str, Any], int]:
@@ -153,12 +157,14 @@ def read_layout(path: Path | str) -> tuple[dict[str, Any], int]:
     return meta, data_end
 
 
-def read_model_layout(path: Path | str) -> ModelLayout:
+def read_model_layout(path: Path | str, draft_max: int = MAX_SNAPSHOTS) -> ModelLayout:
     """Bytes per llama.cpp layer, for the GPU offload plan: the ``blk.N.*`` tensors of each
     block, and the output layer (``output*``; a model with tied embeddings has no
     ``output.weight`` and llama.cpp puts a copy of ``token_embd.weight`` there instead).
     Other tensors (token embeddings, rope factors) stay on the CPU or are too small to count.
-    A split model (NAME-00001-of-0000N.gguf) has tensors in every part: all are read."""
+    A split model (NAME-00001-of-0000N.gguf) has tensors in every part: all are read.
+    ``draft_max``: the longest draft a target's snapshots cover (at most: ``snapshots_for``
+    caps them); 0 for a draft model, which keeps none."""
     meta, sizes = _tensor_sizes(Path(path))
     arch = _text(meta.get("general.architecture", b""))
     n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
@@ -173,10 +179,9 @@ def read_model_layout(path: Path | str) -> ModelLayout:
     if "output.weight" not in sizes:
         output += sizes.get("token_embd.weight", 0)
     ctx = meta.get(f"{arch}.context_length")
-    state = recurrent_state_bytes(meta, arch)
-    state *= 1 + snapshots_for(state, MAX_SNAPSHOTS)  # (at most: SNAPSHOT_BUDGET caps the copies)
-    kv = kv_bytes_per_token(meta, arch)
-    return ModelLayout(n_layer, tuple(blocks), output, kv, int(ctx) if ctx else None, state_bytes=state)
+    kv, state = kv_bytes_per_token(meta, arch), recurrent_state_bytes(meta, arch)
+    copies = footprint(kv, state, 0, snapshots=snapshots_for(state, draft_max)).state
+    return ModelLayout(n_layer, tuple(blocks), output, kv, int(ctx) if ctx else None, state_bytes=copies)
 
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
@@ -365,6 +370,10 @@ _SCHEMA = {
     "{arch}.attention.head_count_kv": _UINTS,
     "{arch}.attention.key_length": _UINT,
     "{arch}.attention.value_length": _UINT,
+    "{arch}.attention.key_length_swa": _UINT,
+    "{arch}.attention.value_length_swa": _UINT,
+    "{arch}.attention.shared_kv_layers": _UINT,
+    "{arch}.embedding_length_out": _UINT,
     "tokenizer.ggml.model": _TEXT,
     "tokenizer.ggml.pre": _TEXT,
     "tokenizer.ggml.tokens": _TEXTS,
@@ -446,6 +455,8 @@ def read_info(path: Path | str) -> GgufInfo:
         size_bytes=path.stat().st_size,
         kv_bytes_per_token=kv_bytes_per_token(meta, arch),
         nextn_layers=nextn_layers_of(meta, arch),
+        state_bytes=recurrent_state_bytes(meta, arch),
+        n_embd=hidden_width(meta, arch),
     )
 
 
@@ -472,41 +483,6 @@ def mtp_layers(path: Path | str) -> MtpLayers:
     return MtpLayers.check(path, arch, nextn_layers_of(meta, arch), n_layer, sizes)
 
 
-def nextn_layers_of(meta: dict, arch: str) -> int:
-    n = meta.get(f"{arch}.nextn_predict_layers", 0)
-    return int(n) if _is_int(n) else 0
-
-
-def kv_bytes_per_token(meta: dict, arch: str) -> int:
-    """Bytes of F16 K and V one token takes in the cache, all layers together."""
-
-    def get(key: str, default: Any = 0) -> Any:
-        return meta.get(f"{arch}.{key}", default)
-
-    n_layer, n_embd, n_head = get("block_count"), get("embedding_length"), get("attention.head_count", 1)
-    n_head = int(np.max(n_head)) if n_head is not None else 1  # some archs store one per layer
-    n_kv = get("attention.head_count_kv", n_head)
-    n_kv = int(np.max(n_kv)) if n_kv is not None else n_head
-    k_dim = get("attention.key_length", n_embd // max(n_head, 1))
-    v_dim = get("attention.value_length", k_dim)
-    return attention_layers(meta, arch, int(n_layer)) * int(n_kv) * (int(k_dim) + int(v_dim)) * 2
-
-
-# Tuning choice: llama.cpp keeps n_rs_seq copies of a hybrid model's recurrent state so that a
-# verify rolls back for free (llama/recurrent.py); each copy is the whole state (about 18 MB
-# for Qwen3.5-2B's shape, 150 MB for a 27B). At most this much memory goes to them; a verify
-# longer than the copies rolls back from a checkpoint instead (a state copy and the kept tokens
-# evaluated again: time, not memory). 1 GiB is --draft-max's default of 16 copies up to a
-# Qwen3.5-9B (48 MB each) and 6 for a 27B, against 17 GB of weights.
-SNAPSHOT_BUDGET = 1 << 30
-
-
-def snapshots_for(state_bytes: int, draft_max: int) -> int:
-    """How many recurrent-state copies a target keeps (llama.cpp's n_rs_seq): one per token of
-    the longest draft, within SNAPSHOT_BUDGET; any number where there is no recurrent state."""
-    return draft_max if state_bytes <= 0 else max(0, min(draft_max, SNAPSHOT_BUDGET // state_bytes))
-
-
 def state_bytes(path: Path | str) -> int:
     """``recurrent_state_bytes`` of a file (0 for one that cannot be read: its load says why)."""
     try:
@@ -514,39 +490,6 @@ def state_bytes(path: Path | str) -> int:
     except (GgufError, OSError):
         return 0
     return recurrent_state_bytes(meta, _text(meta.get("general.architecture", b"")))
-
-
-def recurrent_state_bytes(meta: dict, arch: str) -> int:
-    """One copy of a recurrent model's state, all its recurrent layers (F32, as llama.cpp keeps
-    it): for the gated delta-net and Mamba-2 layers the ``ssm`` keys describe, a convolution
-    state of ``(d_conv - 1) x (d_inner + 2 n_group d_state)`` and a state of ``d_state x d_inner``
-    (llama.cpp's n_embd_r and n_embd_s); 0 for a model without them."""
-
-    def get(key: str) -> int:
-        v = meta.get(f"{arch}.ssm.{key}", 0)
-        return int(v) if _is_int(v) else 0
-
-    d_conv, d_inner, d_state, n_group = get("conv_kernel"), get("inner_size"), get("state_size"), get("group_count")
-    if not (d_conv and d_inner and d_state):
-        return 0
-    n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
-    # a hybrid's trunk: every full_attention_interval-th layer attends, the rest are recurrent
-    recurrent = (
-        n_layer - attention_layers(meta, arch, n_layer) if f"{arch}.full_attention_interval" in meta else n_layer
-    )
-    per_layer = (d_conv - 1) * (d_inner + 2 * n_group * d_state) + d_state * d_inner
-    return 4 * per_layer * max(recurrent, 0)
-
-
-def attention_layers(meta: dict, arch: str, n_layer: int) -> int:
-    """Layers with a KV cache: in a hybrid (Qwen3.5: every ``full_attention_interval``-th trunk
-    layer, the rest gated delta-net with a fixed-size state) only those, plus MTP layers."""
-    every = meta.get(f"{arch}.full_attention_interval", 0)
-    every = int(every) if _is_int(every) else 0
-    if every < 1:
-        return n_layer
-    nextn = nextn_layers_of(meta, arch)
-    return (n_layer - nextn) // every + nextn
 
 
 def _size_label(n: int) -> str:

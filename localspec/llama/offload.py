@@ -8,7 +8,9 @@ and output matrix) as layer n_layer. The LAST N of those go to the GPU
 (``i_gpu_start = n_layer + 1 - N``), so the output layer is the first to go: N = 1 offloads the
 output layer alone, N = n_layer + 1 (or -1) everything. The input layer (token embeddings)
 always stays on the CPU. An offloaded block keeps its KV cache on the GPU (``offload_kqv`` is
-on by default), so a block costs its weights plus its share of the KV cache.
+on by default), and a recurrent state with its snapshots, so a block costs its weights plus its
+share of those (``memory``: sliding-window layers at full size). A recurrent state's checkpoints
+and a target's hidden states are copied to the host, never the GPU: the preflight counts them.
 
 Policy: both models wholly on the GPU when they fit. When they do not, the draft goes first,
 all of it: per step the draft runs k times and the target once, so a byte of draft weights on
@@ -59,7 +61,7 @@ class ModelLayout:
     n_layer: int
     block_bytes: tuple[int, ...]  # weights of blk.i.*, i = 0 .. n_layer-1
     output_bytes: int  # output norm + output matrix (the token embeddings again when tied)
-    kv_bytes_per_token: int  # F16 K and V per context token, all layers
+    kv_bytes_per_token: int  # F16 K and V per context token, all layers (memory.kv_bytes_per_token)
     context_length: int | None = None  # the model's own; llama.cpp caps n_ctx at it
     state_bytes: int = 0  # a recurrent model's state and its snapshot copies, all layers
 

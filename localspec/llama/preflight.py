@@ -7,23 +7,35 @@ file is as long as its header says (a download cut short is the usual cause of a
 file); the architecture is one this build of llama.cpp knows; it has a tokenizer; and the
 model fits in memory.
 
-Memory estimate (host RAM, the share of layers not offloaded to a GPU):
-    weights (file size) + KV cache + 10% compute buffers, where
-    KV cache = n_layer x n_ctx x (n_embd_k_gqa + n_embd_v_gqa) x 2 bytes (F16 K and V),
-compared with MemAvailable from /proc/meminfo (the check is skipped where that is unknown).
-The header is read with ``ggufinfo``'s cursor and ``gguf``'s type-size table; nothing here
-imports llama_cpp, so a check costs a header read, not a model load.
+Memory estimate, per model, compared with MemAvailable from /proc/meminfo (the check is
+skipped where that is unknown):
+    (weights (file size) + KV cache + recurrent state and its snapshots) x the share of layers
+    not offloaded to a GPU x 1.1 (compute buffers) + checkpoints + hidden states,
+each kind of state as ``memory`` gives it: the KV cache of every layer with one, Gemma 4's
+sliding-window layers at full size; the target's snapshots (a draft model keeps none); the
+checkpoints and the target's hidden states (for an MTP layer or a Gemma 4 assistant) stay on
+the host whatever is offloaded. The header is read with ``ggufinfo``'s cursor and ``gguf``'s
+type-size table; nothing here imports llama_cpp, so a check costs a header read, not a model load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..units import gb, memory_available
 from . import ggufinfo
-from .ggufinfo import MAX_SNAPSHOTS, kv_bytes_per_token, recurrent_state_bytes, snapshots_for
+from .ggufinfo import MAX_SNAPSHOTS
+from .memory import (
+    READS_HIDDEN,
+    Footprint,
+    footprint,
+    hidden_width,
+    kv_bytes_per_token,
+    recurrent_state_bytes,
+    snapshots_for,
+)
 
 # Tuning choice: llama.cpp's compute buffers are a few hundred MB for 1-8B models at 4k
 # context; 10% of weights + KV is a round figure that covers them without refusing models
@@ -202,13 +214,30 @@ class ModelFileInfo:
     arch: str
     file_bytes: int  # every part of a split model
     n_ctx: int  # the context the estimate used: the requested one, capped at the model's own
-    kv_bytes: int  # F16 K and V for n_ctx tokens, all layers (and a recurrent state's copies)
     host_fraction: float  # share of the layers that stay in host memory (not offloaded)
+    kv_per_token: int = 0  # memory.kv_bytes_per_token
+    state_bytes: int = 0  # one copy of a recurrent state (memory.recurrent_state_bytes)
+    snapshots: int = 0  # copies of it llama.cpp keeps (a target's; a draft model keeps none)
+    n_embd: int = 0  # the hidden states' width (memory.hidden_width)
+    keeps_hidden: bool = False  # the target keeps them, for its MTP layers or an assistant
+
+    @property
+    def states(self) -> Footprint:
+        """The KV cache and the other states at n_ctx tokens."""
+        width = self.n_embd if self.keeps_hidden else 0
+        return footprint(self.kv_per_token, self.state_bytes, self.n_ctx, snapshots=self.snapshots, hidden_width=width)
+
+    @property
+    def kv_bytes(self) -> int:
+        """The KV cache and the recurrent state with its snapshots: split with the layers."""
+        return self.states.with_layers
 
     @property
     def memory_bytes(self) -> int:
-        """Host memory this model needs: weights and KV on the CPU plus compute buffers."""
-        return int((self.file_bytes + self.kv_bytes) * self.host_fraction * (1 + COMPUTE_OVERHEAD))
+        """Host memory this model needs: weights, KV cache and states of the layers on the CPU
+        with their compute buffers, and what stays on the host whatever is offloaded."""
+        on_cpu = (self.file_bytes + self.kv_bytes) * self.host_fraction * (1 + COMPUTE_OVERHEAD)
+        return int(on_cpu) + self.states.on_host
 
 
 def check_model_files(
@@ -216,18 +245,40 @@ def check_model_files(
     n_ctx: int,
     gpu_layers: int | None | Sequence[int | None] = 0,
     available_bytes: int | None = None,
+    *,
+    mtp: bool | None = None,
+    draft_max: int = MAX_SNAPSHOTS,
 ) -> list[ModelFileInfo]:
-    """Each file checked on its own, then the memory of all of them together (a target and
-    its draft are loaded side by side). ``gpu_layers``: one count for every file, or one per
-    file (the offload plan gives the target and the draft their own)."""
+    """Each file checked on its own, then the memory of all of them together: the target
+    (the first file) and its draft are loaded side by side. ``gpu_layers``: one count for
+    every file, or one per file (the offload plan gives the target and the draft their own).
+    ``mtp``: whether the target drafts with its own MTP layers; None: when it has them, as a
+    target with MTP layers does by default. The target keeps its hidden states for those,
+    and for a Gemma 4 assistant. ``draft_max``: the longest draft, which a recurrent target
+    keeps a snapshot of its state for each token of (within ``memory.SNAPSHOT_BUDGET``)."""
     per_file = list(gpu_layers) if isinstance(gpu_layers, Sequence) else [gpu_layers] * len(paths)
-    infos = [inspect(Path(p), n_ctx, n) for p, n in zip(paths, per_file, strict=True)]
+    infos = [
+        inspect(Path(p), n_ctx, n, draft_max=draft_max if i == 0 else 0)
+        for i, (p, n) in enumerate(zip(paths, per_file, strict=True))
+    ]
+    if infos and _keeps_hidden(infos, mtp):
+        infos[0] = replace(infos[0], keeps_hidden=True)
     check_memory(infos, memory_available() if available_bytes is None else available_bytes)
     return infos
 
 
-def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo:
-    """Every check but memory."""
+def _keeps_hidden(infos: Sequence[ModelFileInfo], mtp: bool | None) -> bool:
+    """Whether the target keeps its hidden states: for its MTP layers, or a Gemma 4 assistant."""
+    if any(i.arch in READS_HIDDEN for i in infos[1:]):
+        return True
+    if mtp is None:
+        return len(infos) == 1 and ggufinfo.nextn_layers(infos[0].path) > 0
+    return mtp
+
+
+def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0, *, draft_max: int = MAX_SNAPSHOTS) -> ModelFileInfo:
+    """Every check but memory. ``draft_max``: the longest draft a recurrent target keeps
+    snapshots for (``memory.snapshots_for``); 0 for a draft model, which keeps none."""
     not_file = ggufinfo.not_a_file(path)
     if not_file == "no such file":
         raise ModelFileError(f"{path}: no such file. Check the path; `localspec models list` shows the models on disk.")
@@ -252,20 +303,18 @@ def inspect(path: Path, n_ctx: int, gpu_layers: int | None = 0) -> ModelFileInfo
     n_layer = int(meta.get(f"{arch}.block_count", 0) or 0)
     model_ctx = int(meta.get(f"{arch}.context_length", 0) or 0)
     n_ctx = min(n_ctx, model_ctx) if model_ctx else n_ctx  # llama.cpp caps it the same way
+    state = recurrent_state_bytes(meta, arch)
     return ModelFileInfo(
         path=path,
         arch=arch,
         file_bytes=_split_total(path, meta, size),
         n_ctx=n_ctx,
-        kv_bytes=kv_bytes_per_token(meta, arch) * n_ctx + state_with_snapshots(meta, arch),
         host_fraction=_host_fraction(n_layer, gpu_layers),
+        kv_per_token=kv_bytes_per_token(meta, arch),
+        state_bytes=state,
+        snapshots=snapshots_for(state, draft_max),
+        n_embd=hidden_width(meta, arch),
     )
-
-
-def state_with_snapshots(meta: dict, arch: str) -> int:
-    """A recurrent model's state and, at most, the snapshot copies a target keeps of it."""
-    state = recurrent_state_bytes(meta, arch)
-    return state * (1 + snapshots_for(state, MAX_SNAPSHOTS))
 
 
 def check_architecture(path: Path, arch: str) -> None:
@@ -300,10 +349,12 @@ def check_memory(infos: Sequence[ModelFileInfo], available_bytes: int | None) ->
     names = " + ".join(i.path.name for i in infos)
     weights = sum(i.file_bytes * i.host_fraction for i in infos)
     kv = sum(i.kv_bytes * i.host_fraction for i in infos)
+    host = sum(i.states.on_host for i in infos)
+    kept = f" + {gb(host)} of checkpoints and hidden states" if host else ""
     raise ModelFileError(
         f"{names}: not enough memory: needs about {gb(needed)} (weights "
         f"{gb(weights)} + KV cache {gb(kv)} at {infos[0].n_ctx} tokens of context "
-        f"+ {COMPUTE_OVERHEAD:.0%} compute buffers), {gb(available_bytes)} available; try "
+        f"+ {COMPUTE_OVERHEAD:.0%} compute buffers{kept}), {gb(available_bytes)} available; try "
         "fewer GPU layers (--gpu-layers), a smaller quantization, or a smaller --ctx. "
         "Close other programs to free memory."
     )

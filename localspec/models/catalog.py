@@ -24,7 +24,9 @@ from typing import Any
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..core.options import MAX_DRAFT
 from ..llama import ggufinfo
+from ..llama.memory import READS_HIDDEN, footprint, snapshots_for
 from ..llama.preflight import SUPPORTED_ARCHITECTURES
 from ..lockedfile import locked, write_atomic
 from ..settings import backup_file, config_dir
@@ -49,7 +51,13 @@ class ModelRef(BaseModel):
     family: str = Field(description="Model family; drafts come from the same family.")
     arch: str = Field("", description="GGUF general.architecture; empty when not given.")
     mtp: bool = Field(False, description="Has next-token-prediction layers (nextn_predict_layers > 0).")
-    kv_bytes_per_token: int = Field(0, ge=0, description="F16 K+V cache bytes per context token.")
+    kv_bytes_per_token: int = Field(
+        0, ge=0, description="F16 K+V cache bytes per context token, sliding-window layers included."
+    )
+    state_bytes: int = Field(0, ge=0, description="One copy of a recurrent or hybrid model's state; 0 for none.")
+    n_embd: int = Field(
+        0, ge=0, description="Hidden size: the width of the states an MTP layer or a Gemma 4 assistant reads."
+    )
     path: Path | None = Field(None, description="Local file for imported models.")
 
     @field_validator("arch")
@@ -74,7 +82,9 @@ class Pair(BaseModel):
     drafters: list[str] = Field(description=f"Every drafter's model id in order of preference, {MTP!r} for MTP.")
     good_for: str
     license: str
-    memory_bytes: int = Field(description="Target + default draft + KV cache of both at the default context.")
+    memory_bytes: int = Field(
+        description="Target + default draft + KV cache and other states of both at the default context."
+    )
 
     @property
     def mtp(self) -> bool:
@@ -196,7 +206,7 @@ def load_catalog(settings, user_path: Path | None = None) -> tuple[Catalog, list
         pairs_raw = {**pairs_raw, **u_pairs}
         default_id = user_raw.get("default_pair", default_id)
         user_problems += entry_problems
-    pairs, ref_problems = _resolve_pairs(pairs_raw, models, settings.n_ctx)
+    pairs, ref_problems = _resolve_pairs(pairs_raw, models, settings.n_ctx, settings.draft.draft_max)
     for p in problems + [p for p in ref_problems if p.startswith(BUILTIN_NAME)]:
         raise CatalogError(f"built-in catalog is broken: {p}")
     user_problems += ref_problems
@@ -336,7 +346,9 @@ def _describe(source: str, where: str, e: ValidationError) -> list[str]:
     return out
 
 
-def _resolve_pairs(pairs_raw: dict, models: dict[str, ModelRef], n_ctx: int) -> tuple[list[Pair], list[str]]:
+def _resolve_pairs(
+    pairs_raw: dict, models: dict[str, ModelRef], n_ctx: int, draft_max: int
+) -> tuple[list[Pair], list[str]]:
     pairs, problems = [], []
     for where, entry in pairs_raw.values():
         files = [d for d in entry.drafts if d != MTP]
@@ -362,25 +374,38 @@ def _resolve_pairs(pairs_raw: dict, models: dict[str, ModelRef], n_ctx: int) -> 
                 drafters=list(entry.drafts),
                 good_for=entry.good_for,
                 license=entry.license,
-                memory_bytes=memory_estimate(target, default, n_ctx),
+                memory_bytes=memory_estimate(target, default, n_ctx, draft_max),
             )
         )
     return pairs, problems
 
 
-def memory_estimate(target: ModelRef, draft: ModelRef | None, n_ctx: int) -> int:
-    """Weights plus F16 KV cache of both models at n_ctx; compute buffers not included. No draft
-    (None) for MTP: its layers are in the target's file, and its KV in the target's figure."""
-    total = target.size_bytes + target.kv_bytes_per_token * n_ctx
+def memory_estimate(target: ModelRef, draft: ModelRef | None, n_ctx: int, draft_max: int = MAX_DRAFT) -> int:
+    """Weights plus the KV cache and other states of both models at n_ctx (``llama.memory``:
+    a recurrent state with the target's snapshots for drafts of up to ``draft_max`` tokens and
+    the checkpoints of each, the target's hidden states when its MTP layers or a Gemma 4
+    assistant draft); compute buffers not included. No draft (None) for MTP: its layers are in
+    the target's file, and its KV in the target's figure."""
+    hidden = (draft is None and target.mtp) or (draft is not None and draft.arch in READS_HIDDEN)
+    state = target.state_bytes
+    states = footprint(
+        target.kv_bytes_per_token,
+        state,
+        n_ctx,
+        snapshots=snapshots_for(state, draft_max),
+        hidden_width=target.n_embd if hidden else 0,
+    )
+    total = target.size_bytes + states.with_layers + states.on_host
     if draft is not None:
-        total += draft.size_bytes + draft.kv_bytes_per_token * n_ctx
+        states = footprint(draft.kv_bytes_per_token, draft.state_bytes, n_ctx)
+        total += draft.size_bytes + states.with_layers + states.on_host
     return total
 
 
 def toml_entry(model_id: str, ref: ModelRef) -> str:
     """A ``[models.ID]`` table for the user file, rendered by tomli_w (any id quoted as TOML wants it)."""
     fields = {k: str(v) if isinstance(v, Path) else v for k, v in ref.model_dump(exclude_none=True).items()}
-    for key in ("repo", "arch", "mtp"):  # said only when given
+    for key in ("repo", "arch", "mtp", "state_bytes", "n_embd"):  # said only when given
         if not fields.get(key):
             fields.pop(key, None)
     text = tomli_w.dumps({"models": {model_id: fields}})

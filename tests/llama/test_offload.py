@@ -301,7 +301,7 @@ def fake_gpu(monkeypatch, pair):
     monkeypatch.setattr(
         preflight,
         "check_model_files",
-        lambda files, n_ctx, layers=0, *a: (checks.append(layers), real_check(files, n_ctx, layers, *a))[1],
+        lambda files, n_ctx, layers=0, *a, **kw: (checks.append(layers), real_check(files, n_ctx, layers, *a, **kw))[1],
     )
     return loads, checks
 

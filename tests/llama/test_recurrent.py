@@ -270,21 +270,3 @@ class TestStateSize:
         target.evaluate(target.tokenize("hello"), 1)  # (an empty cache has no state to size)
         got = L.llama_state_seq_get_size_ext(target._ctx, 0, 1)  # PARTIAL_ONLY: the recurrent part
         assert expected <= got <= expected * 1.01  # (plus llama.cpp's few bytes of bookkeeping)
-
-    def test_snapshots_stay_within_their_budget(self):
-        from localspec.llama.ggufinfo import SNAPSHOT_BUDGET, snapshots_for
-
-        assert snapshots_for(0, 16) == 16  # no recurrent state: nothing to budget
-        assert snapshots_for(20 * 2**20, 16) == 16  # a Qwen3.5-2B: every draft length covered
-        assert snapshots_for(150 * 2**20, 16) == SNAPSHOT_BUDGET // (150 * 2**20) == 6  # a 27B
-        assert snapshots_for(2 * SNAPSHOT_BUDGET, 16) == 0  # then every rollback is a checkpoint's
-
-    def test_the_memory_estimates_count_the_state_and_its_copies(self, files):
-        from localspec.core.options import MAX_DRAFT
-        from localspec.llama import ggufinfo, preflight
-
-        state = ggufinfo.state_bytes(files["target"])
-        copies = state * (1 + ggufinfo.snapshots_for(state, MAX_DRAFT))
-        assert ggufinfo.read_model_layout(files["target"]).state_bytes == copies  # the GPU offload plan
-        info = preflight.inspect(files["target"], 512)
-        assert info.kv_bytes == ggufinfo.read_info(files["target"]).kv_bytes_per_token * 512 + copies  # host memory

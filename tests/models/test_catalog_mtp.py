@@ -9,6 +9,7 @@ import tomllib
 import pytest
 from pydantic import ValidationError
 
+from localspec.llama.memory import snapshots_for
 from localspec.models import catalog as cat
 from localspec.settings import Settings
 
@@ -20,11 +21,20 @@ def user_file(tmp_path):
     return path
 
 
-def model_table(model_id: str, *, mtp: bool = False, arch: str = "qwen35", size: int = 1000, kv: int = 10) -> str:
+def model_table(
+    model_id: str,
+    *,
+    mtp: bool = False,
+    arch: str = "qwen35",
+    size: int = 1000,
+    kv: int = 10,
+    state: int = 0,
+    embd: int = 0,
+) -> str:
     return (
         f'[models."{model_id}"]\nrepo = "me/{model_id}-GGUF"\nfilename = "{model_id}.gguf"\nquant = "Q4_K_M"\n'
         f'params = "9B"\nfamily = "qwen3.5"\narch = "{arch}"\nmtp = {str(mtp).lower()}\n'
-        f"size_bytes = {size}\nkv_bytes_per_token = {kv}\n\n"
+        f"size_bytes = {size}\nkv_bytes_per_token = {kv}\nstate_bytes = {state}\nn_embd = {embd}\n\n"
     )
 
 
@@ -114,6 +124,35 @@ class TestMtpDrafter:
             cat.load_catalog(Settings(), user_path=tmp_path / "none.toml")
 
 
+class TestMemoryFigure:
+    """The pair menu's figure: every kind of state (``llama.memory``) at 1000 tokens of context
+    and the default --draft-max of 16."""
+
+    def figure(self, user_file, text: str) -> int:
+        user_file.write_text(text)
+        catalog, warnings = cat.load_catalog(Settings(n_ctx=1000))
+        assert warnings == []
+        return catalog.get("p").memory_bytes
+
+    def test_an_mtp_default_counts_the_state_and_the_hidden_states(self, user_file):
+        big, small = model_table("big", mtp=True, state=100, embd=8), model_table("small", size=100, kv=2)
+        figure = self.figure(user_file, big + small + pair_table("big", ["mtp", "small"]))
+        # weights and KV; the state, a snapshot per draft token, two checkpoints; 8 floats a token
+        assert figure == 1000 + 10 * 1000 + 100 * (1 + 16 + 2) + 1000 * 8 * 4
+
+    def test_a_draft_file_keeps_its_state_and_checkpoints_but_no_snapshots(self, user_file):
+        big, small = model_table("big", mtp=True, state=100, embd=8), model_table("small", size=100, kv=2, state=50)
+        figure = self.figure(user_file, big + small + pair_table("big", ["small", "mtp"]))
+        # the target: no hidden states, the draft file drafts; the draft: its state and 2 checkpoints
+        assert figure == 1000 + 10 * 1000 + 100 * (1 + 16 + 2) + 100 + 2 * 1000 + 50 * (1 + 2)
+
+    def test_an_assistant_counts_its_targets_hidden_states(self, user_file):
+        target = model_table("t", arch="gemma4", embd=8)
+        assistant = model_table("a", arch="gemma4-assistant", size=100, kv=0)
+        figure = self.figure(user_file, target + assistant + pair_table("t", ["a"]))
+        assert figure == 1000 + 10 * 1000 + 100 + 1000 * 8 * 4
+
+
 class TestBuiltinPairs:
     @pytest.mark.parametrize(
         "pair_id, target_arch",
@@ -125,8 +164,12 @@ class TestBuiltinPairs:
         assert pair.target.arch == target_arch and pair.target.mtp
         assert pair.drafters == ["mtp", "qwen3.5-0.8b-q4_k_m"] and pair.default_is_mtp
         assert [d.params for d in pair.drafts] == ["0.8B"] and pair.drafts[0].family == pair.target.family
-        # the default adds no file: weights and KV of the target alone (4096 tokens by default)
-        assert pair.memory_bytes == pair.target.size_bytes + pair.target.kv_bytes_per_token * 4096
+        # the default adds no file: the target alone at 4096 tokens (the default): weights, KV,
+        # the recurrent state with its snapshots (one per token of the default --draft-max of 16,
+        # within the budget) and two checkpoints, and the hidden states its MTP layer reads
+        t = pair.target
+        state = t.state_bytes * (1 + snapshots_for(t.state_bytes, 16) + 2)
+        assert pair.memory_bytes == t.size_bytes + t.kv_bytes_per_token * 4096 + state + 4096 * t.n_embd * 4
 
     @pytest.mark.parametrize("pair_id", ["gemma-4-e4b", "gemma-4-12b", "gemma-4-26b-a4b"])
     def test_gemma4_targets_come_with_their_assistant(self, pair_id):
@@ -136,6 +179,25 @@ class TestBuiltinPairs:
         assert pair.default_draft is not None and pair.default_draft.arch == "gemma4-assistant"
         assert pair.default_draft.repo == pair.target.repo  # unsloth ships each beside its own target
         assert pair.default_draft.family == pair.target.family
+
+    @pytest.mark.parametrize(
+        "pair_id, kv",
+        [
+            # 24 of its 42 layers keep a cache: 4 global, 2 KV heads x 512; 20 sliding, 2 x 256
+            ("gemma-4-e4b", 4 * 2 * 1024 * 2 + 20 * 2 * 512 * 2),
+            # 8 global of 48 layers, 1 KV head x 512; 40 sliding-window, 8 x 256
+            ("gemma-4-12b", 8 * 1 * 1024 * 2 + 40 * 8 * 512 * 2),
+            # 5 global of 30 layers, 2 KV heads x 512; 25 sliding-window, 8 x 256
+            ("gemma-4-26b-a4b", 5 * 2 * 1024 * 2 + 25 * 8 * 512 * 2),
+        ],
+    )
+    def test_gemma4_pairs_count_the_sliding_window_cache_and_the_hidden_states(self, pair_id, kv):
+        catalog, _ = cat.load_catalog(Settings())
+        pair = catalog.get(pair_id)
+        t, a = pair.target, pair.default_draft
+        assert t.kv_bytes_per_token == kv  # llama.cpp caches the sliding-window layers at full size
+        # both files, the target's KV cache at 4096 tokens, and its hidden states the assistant reads
+        assert pair.memory_bytes == t.size_bytes + a.size_bytes + kv * 4096 + 4096 * t.n_embd * 4
 
     def test_the_older_pairs_default_to_their_first_draft_file(self):
         catalog, _ = cat.load_catalog(Settings())
