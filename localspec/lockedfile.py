@@ -1,5 +1,6 @@
-"""Writing the small files several localspec processes share (``profiles.json``, ``settings.json``,
-the user's ``catalog.toml``): the app, ``run``, ``serve`` and ``bench`` may all write them at once.
+"""Writing the files several localspec processes share (``profiles.json``, ``settings.json``,
+the user's ``catalog.toml``, the history of past replies): the app, ``run``, ``serve`` and
+``bench`` may all write them at once.
 
 Two rules make that safe. A write goes to a temp file of its own (``tempfile.mkstemp``, in the
 same directory so the rename cannot cross filesystems), is fsynced, and replaces the file with
@@ -22,8 +23,9 @@ from pathlib import Path
 
 import filelock
 
-# What is done under the lock is one read and one write of a file of a few kilobytes
-# (milliseconds); ten seconds is far beyond any healthy holder, and short enough that a stuck
+# What is done under the lock is one read and one write: milliseconds for a file of a few
+# kilobytes, about a second for the history's largest (a merge builds the suffix array of two
+# million tokens); ten seconds is far beyond any healthy holder, and short enough that a stuck
 # one is reported instead of waited on for ever.
 LOCK_TIMEOUT = 10.0
 
@@ -60,16 +62,16 @@ def locked(path: Path, timeout: float | None = None) -> Iterator[None]:
         held.release()
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` (UTF-8) all at once, or not at all. A symlink is written
-    through (the file it names is replaced, the link stays), and a file keeps its permissions;
-    a new one is created private to the user (mkstemp's 0600)."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace ``path`` with ``text`` (UTF-8, or bytes as they are) all at once, or not at all.
+    A symlink is written through (the file it names is replaced, the link stays), and a file
+    keeps its permissions; a new one is created private to the user (mkstemp's 0600)."""
     target = Path(os.path.realpath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())  # the data is on disk before the name points at it
         with contextlib.suppress(FileNotFoundError):

@@ -103,12 +103,19 @@ def describe_validation_error(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def backup_file(path: Path) -> Path:
+def backup_name(path: Path) -> Path:
+    """Where a damaged ``path`` goes aside: ``NAME.bad-YYYYmmdd-HHMMSS`` beside it, ``-N`` added
+    when that name is taken."""
     backup = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
     n = 1
     while backup.exists():
         backup = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
         n += 1
+    return backup
+
+
+def backup_file(path: Path) -> Path:
+    backup = backup_name(path)
     shutil.copy2(path, backup)
     return backup
 

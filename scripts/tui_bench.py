@@ -109,6 +109,7 @@ class PacedSession:
     mode = "draft"
     opens_thinking = False
     offload = None
+    replies = None  # no history of past replies
 
     def __init__(self, n_tokens: int, rate: float, burst: int, seed: int = 0) -> None:
         self.rng = random.Random(seed)

@@ -59,6 +59,11 @@ class TestWriteAtomic:
         assert path.read_text(encoding="utf-8") == "new ✓ 😀"
         assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]
 
+    def test_bytes_are_written_as_they_are(self, tmp_path):
+        path = tmp_path / "f.npz"
+        write_atomic(path, b"\x00\xff\r\n")
+        assert path.read_bytes() == b"\x00\xff\r\n"
+
     def test_a_write_that_fails_leaves_the_old_file_and_no_temp_file(self, tmp_path):
         path = tmp_path / "f.json"
         write_atomic(path, "old")

@@ -13,8 +13,8 @@ from localspec.core.options import DraftOptions, ModelOptions, ReplyOptions, Sam
 from localspec.settings import Settings, load_settings, save_settings, settings_path
 
 # A file as localspec saved it before the option groups (commit 239d303), with a value changed
-# from its default in each group: the drafting group had no "copy" then, and the draft length
-# was "max_k".
+# from its default in each group: the drafting group had no "copy" nor "history" then, and the
+# draft length was "max_k".
 BEFORE_THE_GROUPS = """{
   "models_dir": "/m",
   "hub_cache_dir": null,
@@ -68,8 +68,8 @@ class TestOldFiles:
             True,
         )
         assert (s.sampling.temperature, s.sampling.seed) == (0.7, 7)
-        assert s.draft == DraftOptions(draft_max=6, adaptive=False, p_min=0.6)  # copy: its default, on
-        assert s.draft.copy is True
+        assert s.draft == DraftOptions(draft_max=6, adaptive=False, p_min=0.6)  # copy, history: their defaults
+        assert s.draft.copy is True and s.draft.history is True
 
     def test_saving_it_again_keeps_every_old_key_where_it_was(self):
         write(BEFORE_THE_GROUPS)
@@ -80,7 +80,7 @@ class TestOldFiles:
         }
         assert saved["sampling"] == old["sampling"]
         # the draft length's key is the new name now (localspec.core.options reads both)
-        assert saved["draft"] == {"draft_max": 6, "adaptive": False, "p_min": 0.6, "copy": True}
+        assert saved["draft"] == {"draft_max": 6, "adaptive": False, "p_min": 0.6, "copy": True, "history": True}
 
 
 class TestGroups:
@@ -97,7 +97,8 @@ class TestGroups:
         assert (s.draft, s.sampling) == (DraftOptions(), SamplingParams())
 
     def test_round_trip(self):
-        s = Settings(n_ctx=512, overflow="refuse", draft=DraftOptions(copy=False, draft_max=3), max_tokens=9)
+        draft = DraftOptions(copy=False, draft_max=3, history=False)
+        s = Settings(n_ctx=512, overflow="refuse", draft=draft, max_tokens=9)
         save_settings(s)
         assert load_settings() == (s, None)
 
@@ -111,6 +112,7 @@ class TestBadFiles:
             ('{"n_ctx": 12}', "n_ctx: Input should be greater than or equal to 256 (got 12)"),
             ('{"draft": {"draft_max": 99}}', "draft.draft_max: Input should be less than or equal to 32 (got 99)"),
             ('{"draft": {"copy": "sometimes"}}', "draft.copy: Input should be a valid boolean"),
+            ('{"draft": {"history": "maybe"}}', "draft.history: Input should be a valid boolean"),
             ('{"sampling": {"top_p": 0}}', "sampling.top_p: Input should be greater than 0 (got 0)"),
             ('{"overflow": "wrap"}', "overflow: Input should be 'drop_oldest' or 'refuse' (got 'wrap')"),
             ('{"n_ctx": 4096, "theme": ', "not valid JSON"),

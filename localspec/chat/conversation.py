@@ -30,6 +30,7 @@ from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from ..llama.offload import OffloadPlan
 from ..settings import Settings, data_dir
+from .replies import PastReplies
 from .session import ContextOverflow
 from .store import Chat, ChatStore, Message, summary_line
 from .thinking import ThinkSplitter, history_content
@@ -71,6 +72,11 @@ class ChatSession(Protocol):
     @property
     def opens_thinking(self) -> bool:
         """Whether the chat template opens the <think> block in the prompt."""
+        ...
+
+    @property
+    def replies(self) -> PastReplies | None:
+        """The past replies it drafts from (None: history off); their ``warnings`` are the user's."""
         ...
 
     def token_text(self, token: int) -> str: ...
@@ -145,6 +151,7 @@ class InspectedStep:
     drafted: tuple[str, ...]
     n_accepted: int
     token: str  # the target's own token: correction, or bonus when all drafts were kept
+    source: str = ""  # where the drafts came from (Step.source)
 
     @property
     def bonus(self) -> bool:
@@ -228,7 +235,7 @@ class Generation:
         self._index += 1
         text_of = self.session.token_text
         drafted = tuple(text_of(t) for t in step.drafted)
-        inspected = InspectedStep(self._index, step.k, drafted, step.n_accepted, text_of(step.token))
+        inspected = InspectedStep(self._index, step.k, drafted, step.n_accepted, text_of(step.token), step.source)
         n_draft = min(step.n_accepted, len(step.emitted))
         n_draft_chars = split_draft_chars([text_of(t) for t in step.emitted], step.text, n_draft)
         thinking, answer = self.splitter.feed(step.text)

@@ -22,13 +22,15 @@ import numpy as np
 from ..core.costs import CostModel, calibrate
 from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
-from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
+from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes, prompt_lookup
 from ..core.modes import repeatable as repeatable_mode
 from ..core.options import DraftOptions, ModelOptions, clamp_threads, usable_cpus, values
 from ..core.sampling import SamplingParams
+from ..core.suffix import Corpus
 from ..llama.compat import Compatibility, check_compatible
 from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
 from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, model_key
+from .replies import PastReplies, tokenizer_key
 
 Mode = Literal["draft", "mtp", "lookup", "none"]
 
@@ -82,8 +84,8 @@ def offload_plan(spec: PairSpec, options: LoadOptions, backend) -> OffloadPlan:
 
     if not backend.supports_gpu_offload():
         return cpu_plan(None, None, CPU_BUILD, has_draft=spec.draft is not None)
-    target = ggufinfo.read_model_layout(spec.target)
-    draft = ggufinfo.read_model_layout(spec.draft) if spec.draft else None
+    target = ggufinfo.read_model_layout(spec.target, options.draft_max)
+    draft = ggufinfo.read_model_layout(spec.draft, 0) if spec.draft else None  # a draft keeps no snapshots
     return plan_offload(
         target,
         draft,
@@ -132,10 +134,13 @@ class Session:
         offload: OffloadPlan | None = None,
         profiles: ProfileStore | None = None,
         machine: str = "",
+        history=None,
     ) -> None:
         self.target = target
         self.draft = draft
         self.profiles = profiles  # where this machine's costs are kept (None: not kept)
+        # past replies to draft from, kept by ``history`` (a HistoryStore; None, or the option off: none)
+        self.replies = PastReplies(history, tokenizer_key(target)) if history is not None and options.history else None
         self.machine = machine
         self._use: dict[str, Use] = {}  # what replies measured since the last save, by drafting
         self.spec = spec
@@ -171,6 +176,7 @@ class Session:
         progress: Callable[[str], None] | None = None,
         profiles: ProfileStore | None = None,
         check_target: Callable[[object], None] | None = None,
+        history=None,
     ) -> Session:
         """Check the files, load both models, check the pair, measure the costs here.
         ``check_target(target)`` runs as soon as the target is loaded (a prompt that cannot
@@ -183,11 +189,12 @@ class Session:
         try:
             plan = offload_plan(spec, options, backend)
         except ggufinfo.GgufError:
-            preflight.check_model_files(files, options.n_ctx)  # its message for the file is clearer
+            preflight.check_model_files(files, options.n_ctx, mtp=spec.mtp, draft_max=options.draft_max)  # clearer
             raise
         # one clear ModelFileError for a missing, foreign, truncated, unsupported or too-large
         # file (the pair's memory summed) before llama.cpp touches either file
-        preflight.check_model_files(files, options.n_ctx, [plan.target_layers, plan.draft_layers][: len(files)])
+        layers = [plan.target_layers, plan.draft_layers][: len(files)]
+        preflight.check_model_files(files, options.n_ctx, layers, mtp=spec.mtp, draft_max=options.draft_max)
         say(plan.summary)
         say(f"loading target {spec.target.name}")
         # a hybrid target (Qwen3.5's delta-net layers) keeps states to roll back a whole draft
@@ -209,7 +216,7 @@ class Session:
         say("measuring verify costs on this machine")
         build = backend.build_info()
         machine = machine_id(f"{build.get('llama_cpp_python')}|{build.get('system_info')}")
-        return cls(target, draft, spec, options, compat, offload=plan, profiles=profiles, machine=machine)
+        return cls(target, draft, spec, options, compat, plan, profiles, machine, history)
 
     # --- what the UI shows -------------------------------------------------------------
     @property
@@ -281,7 +288,14 @@ class Session:
             copy=o.copy,
             banned=banned,
             prior=self._prior(mode),
+            history=self._past_replies,
+            draft_source="mtp" if self.spec.mtp else "draft",
         )
+
+    def _past_replies(self) -> Sequence[Corpus]:
+        """What the suffix drafter reads: the replies kept now (read when asked, so a history
+        set after the modes were built counts: the bench gives each mode one of its own)."""
+        return self.replies.corpora() if self.replies is not None else ()
 
     def _prior(self, mode: str) -> float | None:
         """The acceptance prior of ``mode``: what this pair's profile counted here before."""
@@ -331,7 +345,10 @@ class Session:
         """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
         a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
         drafting = self.drafting(mode, draft_max, seeded(params))
-        return explain(drafting.controller.state(), drafting.controller.costs, drafting.copies)
+        suffix = drafting.copies or self.modes[mode or self.mode].build is prompt_lookup  # drafts from suffix matches
+        kept = sum(c.n_replies for c in self._past_replies()) if suffix else 0
+        history = f"{kept} past repl{'y' if kept == 1 else 'ies'}" if kept else ""
+        return explain(drafting.controller.state(), drafting.controller.costs, drafting.copies, history)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)
@@ -377,10 +394,14 @@ class Session:
             repeatable = seeded(params)
         with self.lock:
             engine = self.engine(mode, draft_max, p_min, prompt_len=len(ids), repeatable=repeatable)
+            reply: list[int] = []
             for step in engine.generate(ids, params, max_tokens, stop):
                 if counted:
                     self._count(mode, step)
+                reply += step.emitted
                 yield step
+            if self.replies is not None:  # (a reply cancelled midway closes this generator: not kept)
+                self.replies.keep(ids, reply)
 
     def divergence(self, messages: Sequence[dict], ref: Sequence[int], got: Sequence[int], raw: bool = False):
         """Where a greedy reply ``got`` parts from the target alone's ``ref`` (None where they

@@ -1,5 +1,5 @@
 """The command line: ``localspec`` (the chat app), ``localspec run``, ``models``, ``bench``,
-``doctor``, ``serve``.
+``doctor``, ``serve``, ``history``.
 
 Each subcommand lives in its own module here and exposes ``register(subparsers)``; this is
 one adapter (the CLI) split by command, and the only place besides the TUI that prints.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, doctor, models, run, serve
+from . import bench, doctor, history, models, run, serve
 
-COMMANDS = (run, models, bench, doctor, serve)
+COMMANDS = (run, models, bench, doctor, serve, history)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,8 +110,56 @@ def register(sub) -> None:
         metavar="FILE",
         help="run nothing: print and draw (--plot) a report an earlier --json wrote",
     )
+    p.add_argument(
+        "--repeated",
+        nargs="?",
+        const="repeated",
+        default=None,
+        metavar="SUITE",
+        help="play the repeated-work suite ('repeated', or a JSON file of scenarios) in order: a regenerate, "
+        "a function refined over turns, a loop of JSON extractions, a file edited again; each mode with a "
+        "history of its own that starts empty. Modes: none, the pair's own and it with '+history' "
+        "(--modes to choose)",
+    )
+    p.add_argument(
+        "--modes",
+        default=None,
+        help="with --repeated: comma-separated modes, e.g. none,draft,draft+history,lookup+history",
+    )
     add_replay_options(p)
     p.set_defaults(func=cmd_bench)
+
+
+def cmd_repeated(args) -> int:
+    """``--repeated``: scenarios of repeated work, played in order (``bench.repeated``)."""
+    from ..bench import repeated
+
+    try:
+        suite = repeated.load(args.repeated)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    args.mtp = wants_mtp(args)
+    own = "draft" if args.draft else "mtp" if args.mtp else "lookup"
+    modes = args.modes.split(",") if args.modes else ["none", own, own + repeated.HISTORY]
+    session = load_session(args, history=False)  # each mode is given a history of its own
+    unknown = [m for m in modes if m.removesuffix(repeated.HISTORY) not in session.modes]
+    if unknown:
+        session.close()
+        print(f"error: unknown mode(s) {', '.join(unknown)} (known: {', '.join(session.modes)})", file=sys.stderr)
+        return 2
+    try:
+        temperature = (args.temperature or [0.0])[0]
+        rep = repeated.run_repeated(session, suite, modes, temperature, args.repeats or 1, progress=StepProgress())
+    finally:
+        session.close()
+    if args.json:
+        write_atomic(args.json, json.dumps(rep, indent=1, ensure_ascii=False))
+    md = repeated.markdown(rep)
+    print(md)
+    if args.markdown:
+        args.markdown.write_text(md)
+    return 0
 
 
 def add_replay_options(p) -> None:
@@ -232,6 +280,8 @@ def cmd_bench(args) -> int:
     if not args.target:
         print("error: the bench needs --target (or --from-json FILE, to draw an earlier report)", file=sys.stderr)
         return 2
+    if args.repeated is not None:
+        return cmd_repeated(args)
 
     try:
         suite = suites.load_suite(args.suite)
@@ -276,7 +326,7 @@ def cmd_bench(args) -> int:
         modes.append(bench_modes.CONTROL)
     lookup = args.lookup
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
-    session = load_session(args)
+    session = load_session(args, history=False)  # one-off prompts: no reply drafts from another's
     try:
         rep = runner.run_bench(session, suite, modes, args.temperature or [0.0], repeats, progress=StepProgress())
     except ContextOverflow as e:
@@ -382,7 +432,7 @@ def cmd_record(args) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    session = load_session(args)
+    session = load_session(args, history=False)  # one-off prompts: no reply drafts from another's
     try:
         recording = replay.record(
             session,

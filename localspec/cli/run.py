@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..chat.history import HistoryStore
 from ..chat.session import (
     ContextOverflow,
     IncompatiblePair,
@@ -110,7 +111,7 @@ def wants_mtp(args) -> bool:
     return target_mtp(args.target).present
 
 
-def load_session(args, messages: list[dict] | None = None) -> Session:
+def load_session(args, messages: list[dict] | None = None, history: bool = True) -> Session:
     """Load or exit with one clear message (exit 2: an option out of range, a bad or too large
     file, ``messages`` that cannot fit the context; 3: incompatible pair). More --threads than
     CPUs are lowered, with a note. The prompt is checked as soon as the target is loaded, so a
@@ -132,6 +133,7 @@ def load_session(args, messages: list[dict] | None = None) -> Session:
             opts,
             profiles=ProfileStore(data_dir() / PROFILES_FILE),
             check_target=(lambda target: check_fits(target, messages, args)) if messages else None,
+            history=HistoryStore() if history else None,  # past replies to draft from (--no-history: none)
         )
     except PromptTooLong as e:
         raise SystemExit(_fail(str(e), 2)) from None
@@ -258,6 +260,8 @@ def cmd_run(args) -> int:
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write("\n")
+        for warning in session.replies.warnings if session.replies else ():
+            print(f"note: {warning}", file=sys.stderr)
         print(stats_line(stats, mode, session.offload), file=sys.stderr)
         print(f"drafting {drafting.line}", file=sys.stderr)
         if identity is not None:
@@ -297,9 +301,10 @@ def stats_line(s: RunStats, mode: str, offload: OffloadPlan | None = None) -> st
     """One line of statistics; with a plan, the GPU split ends it ('| GPU  draft 25/25 · ...')."""
     acc = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "n/a"
     where = f" | {offload.short}" if offload else ""
+    sources = f", from {s.sources_line()}" if s.sources_line() else ""
     return (
         f"[{mode}] {s.n_tokens} tokens, {s.tokens_per_second:.1f} tok/s | acceptance {acc} "
-        f"({s.n_accepted}/{s.n_drafted}) | {s.tokens_per_pass:.2f} tokens/pass | "
+        f"({s.n_accepted}/{s.n_drafted}{sources}) | {s.tokens_per_pass:.2f} tokens/pass | "
         f"draft length {s.mean_draft_length:.1f} (last k={s.last_k}) | "
         f"draft {s.draft_seconds:.2f}s verify {s.verify_seconds:.2f}s other {s.overhead_seconds:.2f}s "
         f"prefill {s.prefill_seconds:.2f}s{where}"

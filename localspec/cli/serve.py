@@ -189,6 +189,8 @@ def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
     from ..serve.api import Served
 
     session = load_session(args)
+    for warning in session.replies.warnings if session.replies else ():
+        print(f"note: {warning}", file=sys.stderr)
     served = Served(
         model_id,
         frozenset({args.target.name, args.target.stem}),

@@ -15,10 +15,11 @@ before drafting (a draft model that has not run for a while), ``observe(draft, v
 kept)`` hears what became of its draft (drafters that learn from it).
 
 One class per way of drafting, as in transformers' candidate generators and llama.cpp's
-``common_speculative`` types: a draft model (:class:`ModelDrafter`), prompt lookup
-(:class:`PromptLookupDrafter`), the bench's oracle. A drafter whose proposals cost no pass (a
-copy) can also stand beside a draft model: the engine asks it every step, and the controller
-takes its proposal where it is worth more than the model's (``Controller.pick``).
+``common_speculative`` types: a draft model (:class:`ModelDrafter`), suffix matches over the
+context and past replies (``suffix.SuffixDrafter``), the bench's oracle. A drafter whose
+proposals cost no pass (a copy) can also stand beside a draft model: the engine asks it every
+step, and the controller takes its proposal where it is worth more than the model's
+(``Controller.pick``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .costs import CostModel
 from .options import DEFAULT_P_MIN  # a tuning choice, explained there
 from .policy import DEFAULT, Policy
 from .protocol import CachedModel, common_prefix
-from .rules import LookupGate, MarginalRule
+from .rules import MarginalRule
 from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 
 
@@ -48,8 +49,9 @@ class Draft:
     n_read: int = 0  # tokens the first pass read at once (catching up on the context)
     read_seconds: float = 0.0  # ... and its time, when that was costs.READ_MIN tokens or more
     alpha: float | None = None  # a copy: its source's per-token acceptance estimate for it
-    match: int = 0  # a copy: the length of the match it continues
+    match: tuple[str, int] | None = None  # a copy: what its gate judges it by (source, match length bucket)
     continuation: tuple[int, ...] = ()  # a copy: all that followed the match, proposed or not
+    source: str = ""  # where the tokens come from: "context", "history" (a copy), else the drafter's name
 
 
 @runtime_checkable
@@ -124,8 +126,10 @@ class ModelDrafter(DrafterBase):
         banned: Iterable[int] = (),
         costs: CostModel | None = None,
         policy: Policy = DEFAULT,
+        source: str = "draft",
     ) -> None:
         self.model = model
+        self.source = source  # what its tokens are counted as: "draft", or "mtp" (the target's own layers)
         self.costs, self.policy = costs, policy
         self.n_vocab_target = n_vocab_target
         self.p_min = p_min
@@ -168,7 +172,15 @@ class ModelDrafter(DrafterBase):
             rows = self.model.evaluate([token], 1)
             n_evals += 1
         q_draft = tuple(qs) if not params.greedy else None
-        return Draft(tuple(ids), q_draft, n_evals, tuple(conf), n_read=max(n_read, 1), read_seconds=read_seconds)
+        return Draft(
+            tuple(ids),
+            q_draft,
+            n_evals,
+            tuple(conf),
+            n_read=max(n_read, 1),
+            read_seconds=read_seconds,
+            source=self.source,
+        )
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt (all but its last token, which the first draft reads) up front;
@@ -217,96 +229,6 @@ def choose_token(logits: np.ndarray, history, params: SamplingParams, rng) -> tu
         return top, None, float(1.0 / np.exp(z - z[top]).sum())
     q = process(logits, history, params)
     return sample(q, rng), q, float(q.max())
-
-
-class PromptLookupDrafter(DrafterBase):
-    """Prompt lookup decoding: find the latest earlier occurrence of the context's last n-gram
-    and propose the tokens that followed it. No second model; strong on edits and quotes."""
-
-    name = "lookup"
-
-    # Tuning choice: a 1-gram match is mostly a coincidence; 2-4 grams carry the context of an
-    # edit or a quote (docs/design.md, "Why each constant has its value"). With measured
-    # ``costs`` a LookupGate decides how much of each match to propose from what matches of its
-    # length have earned.
-    def __init__(
-        self,
-        max_ngram: int = 4,
-        min_ngram: int = 2,
-        costs: CostModel | None = None,
-        gate: LookupGate | None = None,
-        policy: Policy = DEFAULT,
-    ) -> None:
-        self.max_ngram = max_ngram
-        self.min_ngram = min_ngram
-        self.gate = gate or (LookupGate(costs, policy) if costs is not None else None)
-        self._tokens = _GrowingArray()  # the context as an array, extended step by step
-
-    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
-        """The continuation of the longest match (``max_ngram`` down to ``min_ngram`` tokens),
-        as much of it as the gate says matches of that length have earned; the whole
-        continuation rides along, to be scored against what the step keeps (``observe``)."""
-        if k <= 0 or len(context) < self.min_ngram + 1:
-            return Draft()
-        ctx = self._tokens.of(context)
-        for n in range(min(self.max_ngram, len(ctx) - 1), self.min_ngram - 1, -1):
-            start = find_latest_ngram(ctx, n)
-            if start is not None:
-                follow = tuple(int(t) for t in ctx[start + n : start + n + k])
-                j = self.gate.length(n, len(follow)) if self.gate else len(follow)
-                alpha = self.gate.alpha(n) if self.gate else None
-                return Draft(follow[:j], alpha=alpha, match=n, continuation=follow)
-        return Draft()
-
-    def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None:
-        """A match's verdict: the verify's where its tokens were tested, else the tokens the
-        step kept, compared with its continuation as far as they go. So a match length that
-        lost the gate's trust wins it back, or not, without costing a verify row; greedy, this
-        is exactly the verdict a verify would have given on those tokens."""
-        if self.gate is None or not draft.match:
-            return
-        if verdict is not None and verdict[0] > 0:
-            self.gate.observe(draft.match, *verdict)
-        else:
-            follow = draft.continuation
-            self.gate.observe(draft.match, min(len(follow), len(kept)), common_prefix(follow, kept))
-
-
-class _GrowingArray:
-    """A context list as an int64 array, converting only what was appended since the last call:
-    the engine only ever appends to its context list (a new reply is a new list), and the
-    whole conversion of a 2,000-token context took half of a lookup's time."""
-
-    def __init__(self) -> None:
-        self._source: Sequence[int] | None = None
-        self._buf = np.empty(0, dtype=np.int64)
-        self._n = 0
-
-    def of(self, context: Sequence[int]) -> np.ndarray:
-        n = len(context)
-        if context is not self._source or n < self._n:  # another list: start over
-            self._source, self._n = context, 0
-        if n > len(self._buf):
-            grown = np.empty(max(n, 2 * len(self._buf)), dtype=np.int64)
-            grown[: self._n] = self._buf[: self._n]
-            self._buf = grown
-        if n > self._n:
-            self._buf[self._n : n] = np.asarray(context[self._n : n], dtype=np.int64)
-            self._n = n
-        return self._buf[:n]
-
-
-def find_latest_ngram(ctx: np.ndarray, n: int) -> int | None:
-    """Start of the latest earlier occurrence of ``ctx[-n:]`` that has a token after it."""
-    tail = ctx[-n:]
-    m = len(ctx) - n  # candidate starts 0..m-1 (the tail itself starts at m)
-    if m <= 0:
-        return None
-    hit = ctx[:m] == tail[0]
-    for j in range(1, n):
-        hit &= ctx[j : m + j] == tail[j]
-    starts = np.flatnonzero(hit)
-    return int(starts[-1]) if len(starts) else None
 
 
 class OracleDrafter(DrafterBase):

@@ -56,6 +56,7 @@ class Step:
     step_seconds: float  # wall time of the whole step, prefill excluded
     finish: Finish | None = None
     measured: int = 0  # > 0: the verify was padded to this many tokens to measure its cost
+    source: str = ""  # where the drafts came from: "context", "history", "draft", "mtp" ("": none drafted)
 
     @property
     def overhead_seconds(self) -> float:
@@ -176,6 +177,7 @@ class SpeculativeEngine:
             step_seconds=_costs.clock() - t_start,
             finish=finish,
             measured=len(pad) and len(drafted) + 1 + len(pad),
+            source=(draft.source or self.drafter.name) if drafted else "",
         )
 
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:

@@ -22,7 +22,8 @@ class DraftingState:
     expected_speedup: float | None = None  # the model's speed-up at its best k
     # off: the draft's catch-up grows faster than tries earn (controller.Tries.outpaced)
     outpaced: bool = False
-    copies: bool = False  # off: trusted prompt-lookup matches are still proposed (they cost no draft pass)
+    copies: bool = False  # off: trusted suffix matches are still proposed (they cost no draft pass)
+    history: str = ""  # where the mode's suffix drafts may also come from: "12 past replies" ("": none)
 
     @property
     def line(self) -> str:
@@ -33,8 +34,11 @@ class DraftingState:
             then = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
         elif not self.on and self.next_try_in is None and self.draft_cost is not None:
             then = "; not tried again on this hardware"
+        where = f"the context and {self.history}" if self.history else "the context"
         if not self.on and self.copies:
-            then += "; copies from the context still proposed where a match is trusted"
+            then += f"; copies from {where} still proposed where a match is trusted"
+        elif self.history and self.on:
+            then += f"; matches from {where}"
         return f"{'on' if self.on else 'off'}: {self.why}{then}"
 
     def as_dict(self) -> dict:
@@ -49,14 +53,15 @@ class DraftingState:
             "expected_speedup": self.expected_speedup,
             "outpaced": self.outpaced,
             "copies": self.copies,
+            "history": self.history,
         }
 
 
-def explain(choice: Choice, costs: CostModel, copies: bool = False) -> DraftingState:
+def explain(choice: Choice, costs: CostModel, copies: bool = False, history: str = "") -> DraftingState:
     """A controller's choice (``Controller.state``) in words, with the measurements behind it
-    read from ``costs``; ``copies``: the mode's drafter proposes trusted prompt-lookup matches
-    while drafting is off."""
-    state = _words(choice, costs)
+    read from ``costs``; ``copies``: the mode's drafter proposes trusted suffix matches while
+    drafting is off; ``history``: the past replies they may come from, in words."""
+    state = replace(_words(choice, costs), history=history)
     return replace(state, copies=True) if copies and not state.on else state
 
 
@@ -73,7 +78,7 @@ def _words(c: Choice, costs: CostModel) -> DraftingState:
     if c.reason is Reason.GATED:
         again = "a try found proposing pays again; " if c.resumed else ""
         why = (
-            f"{again}up to {c.k} tokens, as much of each match as matches of its length have "
+            f"{again}up to {c.k} tokens, as much of each match as matches of its source and length have "
             f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {c.alpha:.0%})"
         )
         return DraftingState(True, c.k, why, draft_cost=draft_cost, verify_cost=check2)

@@ -13,17 +13,18 @@ own (an oracle, fixed k and p_min, token matching) on its session's registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from .controller import AdaptiveController, Controller, FixedController
 from .costs import CostModel, DraftCost
-from .drafters import Drafter, ModelDrafter, NoDrafter, PromptLookupDrafter
+from .drafters import Drafter, ModelDrafter, NoDrafter
 from .engine import SpeculativeEngine
 from .options import DEFAULT_P_MIN
 from .policy import DEFAULT, Policy
 from .protocol import CachedModel
 from .rules import LookupGate
+from .suffix import Corpus, SuffixDrafter
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class ModeContext:
     prior: float | None = None  # the acceptance prior: what the pair's profile counted (else policy.prior_alpha)
     policy: Policy = DEFAULT  # every tunable of the draft-length decision
     fixed_note: str = "fixed: --no-adapt"  # without adaptation: what the drafting line says fixed k
+    history: Callable[[], Sequence[Corpus]] | None = None  # past replies to draft from (None: none kept)
+    draft_source: str = "draft"  # what the draft model's tokens are counted as ("mtp": the target's own layers)
 
 
 @dataclass(frozen=True)
@@ -139,26 +142,29 @@ def draft_model(ctx: ModeContext) -> Drafting:
         raise ValueError("this session has no draft model")
     controller = controller_for(ctx, draft_cost=True, extend_when_sure=True)
     rule_costs = controller.costs if ctx.adaptive else None
-    # beside a draft model, copies start distrusted (policy.copy_prior, below what a copy needs)
+    # beside a draft model, copies (suffix matches) start distrusted (policy.copy_prior, below what a copy needs)
     # and earn trust from being scored against what the model's steps kept, for free: a
     # trusting start copies long stretches early that get rejected, and drags the draft
     # model's own acceptance and measured speed down with them
     gate = LookupGate(controller.costs, ctx.policy) if ctx.adaptive and ctx.copy else None
 
     def new_drafter(reply: ReplySpec) -> Drafter:
-        return ModelDrafter(draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs, ctx.policy)
+        return ModelDrafter(
+            draft, ctx.target.n_vocab, reply.p_min, ctx.banned, rule_costs, ctx.policy, ctx.draft_source
+        )
 
     def new_copiers(reply: ReplySpec) -> tuple[Drafter, ...]:
-        return (PromptLookupDrafter(gate=gate),)
+        return (SuffixDrafter(ctx.history, gate, ctx.policy),)
 
     return Drafting(controller, new_drafter, new_copiers if gate else None)
 
 
 def prompt_lookup(ctx: ModeContext) -> Drafting:
-    """The "lookup" mode: prompt lookup, whose gate (adaptive) keeps what it learnt across replies."""
+    """The "lookup" mode: suffix matches over the context and past replies, no draft model;
+    the gate (adaptive) keeps what it learnt across replies."""
     controller = controller_for(ctx, draft_cost=False, gated=True)
     gate = LookupGate(controller.costs, ctx.policy) if ctx.adaptive else None
-    return Drafting(controller, lambda reply: PromptLookupDrafter(gate=gate, policy=ctx.policy))
+    return Drafting(controller, lambda reply: SuffixDrafter(ctx.history, gate, ctx.policy))
 
 
 # the modes that draft with a model (a draft file, or the target's own MTP layers): a draft

@@ -144,6 +144,13 @@ with warnings.catch_warnings():
             description="Draft mode copies a prompt-lookup match that has earned trust instead of running the "
             "draft model.",
         )
+        history: Annotated[
+            bool, Flag("--no-history", help="neither draft from past replies nor keep this one (localspec history)")
+        ] = Field(
+            True,
+            description="Draft from the replies this machine gave before (kept in the data dir, see "
+            "`localspec history`), and keep each new one; off: nothing is read or written.",
+        )
 
 
 Rule = Literal["speculative", "match"]

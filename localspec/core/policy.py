@@ -94,6 +94,17 @@ class Policy:
     """In place of a step of the target alone the bar is higher: there a rejected copy costs its
     whole verify against a step that could not have gone wrong."""
 
+    # --- drafts from suffix matches (the context, past replies) ----------------------------
+    suffix_depth: int = 24
+    """The longest match looked for, and the longest walk after it: SuffixDecoding's tree depth
+    (vLLM's default); a match this long already leaves no doubt."""
+    min_path_prob: float = 0.1
+    """A walk stops where fewer than this share of the occurrences agree on the path so far
+    (SuffixDecoding's ``min_token_prob``): below it the next token is a guess."""
+    suffix_ends: int = 256
+    """At most this many occurrences of a match are read for its continuations, so a common
+    short match costs what a rare long one does."""
+
     @classmethod
     def names(cls) -> list[str]:
         return [f.name for f in fields(cls)]

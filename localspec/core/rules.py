@@ -5,6 +5,8 @@ step's k; these decide, token by token or match by match, what of it is worth pr
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from .costs import CostModel, speeds
@@ -74,8 +76,8 @@ class MarginalRule:
 
 
 class LookupGate:
-    """How much of a prompt-lookup match to propose, from what matches of that length have
-    earned so far.
+    """How much of a copy (a suffix match's walk) to propose, from what matches of its kind
+    (``n``: a source and a match length, see ``suffix.bucket``) have earned so far.
 
     A 2-token match in prose ("of the") is mostly a coincidence and a 4-token one rarely is, so
     one acceptance rate for every lookup draft either blocks the good matches or lets the bad
@@ -90,13 +92,13 @@ class LookupGate:
     def __init__(self, costs: CostModel, policy: Policy = DEFAULT) -> None:
         self.costs, self.policy = costs, policy
         self.prior = policy.copy_prior  # [accepted, rejected] of a match length not seen yet
-        self.counts: dict[int, list[float]] = {}  # match length -> [accepted, rejected]
+        self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
 
-    def alpha(self, n: int) -> float:
+    def alpha(self, n: Hashable) -> float:
         accepted, rejected = self.counts.get(n, self.prior)
         return accepted / (accepted + rejected)
 
-    def length(self, n: int, available: int) -> int:
+    def length(self, n: Hashable, available: int) -> int:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
         if available <= 0 or not self.costs.verify:
             return available
@@ -104,7 +106,7 @@ class LookupGate:
         j = int(np.argmax(rates))
         return j if rates[j] >= self.policy.min_gain * rates[0] else 0
 
-    def observe(self, n: int, n_tested: int, n_accepted: int) -> None:
+    def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """A verdict on ``n_tested`` tokens of an ``n``-token match's continuation: the first
         ``n_accepted`` agreed with the target (one failure if it stopped short)."""
         if n_tested == 0:

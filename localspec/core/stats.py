@@ -24,12 +24,15 @@ class RunStats:
     predicted_speedup: float = float("nan")
     finish: str | None = None
     tokens_per_pass_history: list[float] = field(default_factory=list)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)  # "context", "history", "draft", "mtp"
 
     def add(self, step: Step) -> None:
         self.n_steps += 1 if step.step_seconds > 0 else 0
         self.n_tokens += len(step.emitted)
         self.n_drafted += len(step.drafted)
         self.n_accepted += step.n_accepted
+        if step.source:
+            self.accepted_by_source[step.source] = self.accepted_by_source.get(step.source, 0) + step.n_accepted
         self.prefill_seconds += step.prefill_seconds
         self.draft_seconds += step.draft_seconds
         self.verify_seconds += step.verify_seconds
@@ -102,4 +105,10 @@ class RunStats:
             "overhead_seconds": num(self.overhead_seconds),
             "decode_seconds": num(self.decode_seconds),
             "finish": self.finish,
+            "accepted_by_source": dict(self.accepted_by_source),
         }
+
+    def sources_line(self) -> str:
+        """Where the accepted drafts came from, most first: "history 80 · draft 30" ("" if none)."""
+        kept = sorted(((n, s) for s, n in self.accepted_by_source.items() if n), reverse=True)
+        return " · ".join(f"{s} {n}" for n, s in kept)

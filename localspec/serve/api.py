@@ -386,6 +386,7 @@ def timings(
         "predicted_per_second": rate(stats.n_tokens, stats.decode_seconds),
         "draft_n": stats.n_drafted,
         "draft_n_accepted": stats.n_accepted,
+        "draft_n_accepted_by_source": dict(stats.accepted_by_source),
         "tokens_per_pass": round(stats.tokens_per_pass, 3),
         "target_only_per_second": round(baseline_tps, 3),
         "speed_up": speed_up(stats, baseline_tps),

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.screen import Screen
 
 from ..chat.conversation import ChatSession, Conversation
+from ..chat.history import HistoryStore
 from ..chat.session import IncompatiblePair, LoadOptions, PairSpec, load_options
 from ..chat.store import ChatStore
 from ..core.modes import MODEL_MODES
@@ -310,6 +311,8 @@ class LocalspecApp(App):
         self.session_label = m.label
         self.sub_title = f"{m.label} · {m.session.mode}"
         self.tell(f"{m.label} ready ({m.session.mode})", timeout=3)
+        for warning in m.session.replies.warnings if m.session.replies else ():
+            self.tell(warning, severity="warning", timeout=10)
         self.conversation.use_session(m.session)
         self.chat_screen.refresh_panels(force=True)
 
@@ -357,7 +360,7 @@ class LocalspecApp(App):
                 self._save_settings(settings)
                 self.tell("settings saved; model options apply at the next load (F6)", timeout=4)
 
-        self.push_screen(SettingsScreen(self.settings, settings_path(), self.settings_warning), saved)
+        self.push_screen(SettingsScreen(self.settings, settings_path(), self.settings_warning, HistoryStore()), saved)
 
     def _save_settings(self, settings: Settings) -> None:
         self.settings = self.conversation.settings = settings
@@ -406,4 +409,5 @@ def _load_session(spec: PairSpec, options: LoadOptions, progress: Callable[[str]
     from ..models.profiles import PROFILES_FILE, ProfileStore
 
     # what the pair costs here is kept for the pair menu and `localspec doctor`
-    return Session.load(spec, options, progress, profiles=ProfileStore(data_dir() / PROFILES_FILE))
+    profiles = ProfileStore(data_dir() / PROFILES_FILE)
+    return Session.load(spec, options, progress, profiles=profiles, history=HistoryStore())  # (options.history: used)

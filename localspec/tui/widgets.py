@@ -341,6 +341,7 @@ def stats_values(
         "speed-up": speedup_text(run, baseline, " measured" if measured_baseline_tps else " est."),
         "predicted": _fmt(run.predicted_speedup, ".2f", "×"),
         "acceptance": _fmt(None if run.acceptance_rate is None else run.acceptance_rate * 100, ".0f", "%"),
+        "accepted from": run.sources_line() or "–",
         "tokens/pass": _fmt(run.tokens_per_pass or None, ".2f"),
         "k now (mean)": f"{run.last_k} ({run.mean_draft_length:.1f})" if run.n_steps else "–",
         "draft/verify": split,
@@ -504,7 +505,7 @@ class StepInspector(Vertical):
         signs = {"accepted": "✓", "rejected": "✗", "discarded": "~"}
         text = Text()
         for j, s in enumerate(self.steps):
-            text.append(f"#{s.index:<4} k={s.k:<2} ", style="dim")
+            text.append(f"#{s.index:<4} k={s.k:<2} " + (f"{s.source}: " if s.source else ""), style="dim")
             for token, mark in draft_marks(s):
                 text.append(f"{signs[mark]}{visible(token, token=True)} ", style=styles[mark])
             text.append(("+ " if s.bonus else "→ ") + visible(s.token, token=True), style=TARGET_TOKEN_STYLE)

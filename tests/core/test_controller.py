@@ -673,7 +673,7 @@ class TestGatedLookup:
                 ctl.observe(3, 1 if i % 4 else 0)
         assert before.alpha < 0.5 and before.model_k() == 0  # one acceptance for all: off
         assert gated.choose().k == 16 and said(gated).on  # the gate decides each match
-        assert "as much of each match as matches of its length have earned" in said(gated).line
+        assert "as much of each match as matches of its source and length have earned" in said(gated).line
 
     def test_where_nothing_could_pay_a_gated_controller_is_off_and_its_guard_still_works(self):
         linear = AdaptiveController(CostModel(LINEAR), 16, gated=True)
@@ -783,6 +783,18 @@ class TestExplain:
         ctx = ModeContext(FakeModel(hashed_logits(1, 8), 8), FakeModel(hashed_logits(2, 8), 8), ctl.costs)
         assert draft_model(ctx).copies and not draft_model(replace(ctx, copy=False)).copies
         assert not draft_model(replace(ctx, adaptive=False)).copies and not prompt_lookup(ctx).copies
+
+    def test_the_line_names_the_past_replies_copies_may_come_from(self):
+        off, history = self.poor(), "12 past replies"
+        line = explain(off.state(), off.costs, copies=True, history=history).line
+        assert line.endswith("; copies from the context and 12 past replies still proposed where a match is trusted")
+        on = AdaptiveController(CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7}, t_draft=0.2), draft_max=8)
+        assert explain(on.state(), on.costs, copies=True, history=history).line.endswith(
+            "; matches from the context and 12 past replies"
+        )
+        assert "past replies" not in explain(on.state(), on.costs, copies=True).line
+        assert "past replies" not in explain(off.state(), off.costs, history=history).line  # off, nothing copied
+        assert explain(on.state(), on.costs, history=history).as_dict()["history"] == history
 
     def test_fixed_and_target_alone(self):
         assert said(FixedController(CostModel({1: 1.0}), 0)).line == "off: the target alone (no draft mode chosen)"

@@ -24,13 +24,13 @@ for m in pkgutil.iter_modules(localspec.core.__path__):
     importlib.import_module("localspec.core." + m.name)
 import numpy as np
 from tests.support.fakes import FakeModel
-from localspec.core.drafters import PromptLookupDrafter
+from localspec.core.suffix import SuffixDrafter
 from localspec.core.engine import SpeculativeEngine
 def logits(history):  # a target that continues 1 2 3 1 2 3 ...
     row = np.zeros(16, dtype=np.float32)
     row[history[-1] % 3 + 1] = 1.0
     return row
-engine = SpeculativeEngine(FakeModel(logits, n_vocab=16), PromptLookupDrafter())
+engine = SpeculativeEngine(FakeModel(logits, n_vocab=16), SuffixDrafter())
 steps = list(engine.generate([1, 2, 3, 1, 2], max_tokens=8))
 print(sum(len(s.emitted) for s in steps) == 8)
 leaked = sorted(n for n in sys.modules if n.startswith("localspec.") and not n.startswith("localspec.core"))

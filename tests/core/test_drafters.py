@@ -1,4 +1,4 @@
-"""The drafter seam, prompt lookup and the model drafter's confidence stop."""
+"""The drafter seam, suffix drafts from the context and the model drafter's confidence stop."""
 
 import inspect
 from dataclasses import replace
@@ -17,13 +17,12 @@ from localspec.core.drafters import (
     ModelDrafter,
     NoDrafter,
     OracleDrafter,
-    PromptLookupDrafter,
-    find_latest_ngram,
 )
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.policy import DEFAULT as P
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
+from localspec.core.suffix import SuffixDrafter, match_context
 from tests.support.fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits
 from tests.support.forced import fixed
 
@@ -33,7 +32,7 @@ GREEDY = SamplingParams(temperature=0.0)
 DRAFTERS: tuple[Drafter, ...] = (
     NoDrafter(),
     ModelDrafter(FakeModel(hashed_logits(0, 8), 8), 8),
-    PromptLookupDrafter(),
+    SuffixDrafter(),
     OracleDrafter(1, [2, 3], 8),
     ScriptedDrafter(lambda context, k: ()),
     NoisyOracleDrafter(hashed_logits(0, 8), 1.0, VirtualClock(), 0.0),
@@ -55,19 +54,19 @@ class TestDrafterProtocol:
         assert drafter.draft([1], 2, GREEDY, None).ids == (2, 3)  # the hooks changed nothing
 
 
-class TestPromptLookup:
+class TestSuffixDrafterOnTheContext:
     def test_copies_what_followed_the_latest_match(self):
         ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]
-        d = PromptLookupDrafter(max_ngram=2, min_ngram=2).draft(ctx, 3, GREEDY, None)
+        d = SuffixDrafter().draft(ctx, 3, GREEDY, None)
         assert d.ids == (7, 8, 2)  # latest earlier "2 3" is followed by 7 8 2
 
     def test_a_growing_context_finds_what_a_fresh_one_finds(self):
         # the drafter converts only what the engine appended to its list since the last step
         rng = np.random.default_rng(5)
-        growing, ctx = PromptLookupDrafter(), [int(t) for t in rng.integers(0, 6, 40)]
+        growing, ctx = SuffixDrafter(), [int(t) for t in rng.integers(0, 6, 40)]
 
         def fresh(context):
-            return PromptLookupDrafter().draft(list(context), 4, GREEDY, None).ids
+            return SuffixDrafter().draft(list(context), 4, GREEDY, None).ids
 
         for _ in range(200):
             assert growing.draft(ctx, 4, GREEDY, None).ids == fresh(ctx)
@@ -80,20 +79,22 @@ class TestPromptLookup:
         assert growing.draft(ctx, 4, GREEDY, None).ids == fresh(ctx) == (3, 1, 2)
 
     def test_no_match_drafts_nothing(self):
-        assert PromptLookupDrafter().draft([1, 2, 3, 4], 5, GREEDY, None).ids == ()
+        assert SuffixDrafter().draft([1, 2, 3, 4], 5, GREEDY, None).ids == ()
 
-    @given(st.lists(st.integers(0, 4), min_size=2, max_size=60), st.integers(1, 4))
-    def test_match_is_a_real_earlier_occurrence(self, ctx, n):
-        ctx = np.array(ctx)
-        start = find_latest_ngram(ctx, n)
-        if start is None:
-            tail = list(ctx[-n:])
-            assert all(list(ctx[s : s + n]) != tail for s in range(len(ctx) - n))
-        else:
-            assert start + n < len(ctx)
-            assert list(ctx[start : start + n]) == list(ctx[-n:])
-            later = [s for s in range(start + 1, len(ctx) - n) if list(ctx[s : s + n]) == list(ctx[-n:])]
-            assert later == []
+    @given(st.lists(st.integers(0, 4), min_size=2, max_size=60), st.integers(1, 30))
+    def test_the_match_is_the_longest_earlier_occurrence(self, ctx, depth):
+        arr = np.array(ctx)
+        m = match_context(arr, depth, 1000)
+
+        def occurs(n, end):  # ctx[-n:] also ends at ``end`` < len - 1
+            return end >= n - 1 and ctx[end - n + 1 : end + 1] == ctx[len(ctx) - n :]
+
+        want = max(
+            (n for n in range(1, min(depth, len(ctx) - 1) + 1) if any(occurs(n, e) for e in range(len(ctx) - 1))),
+            default=0,
+        )
+        assert m.length == want
+        assert list(m.ends) == [e for e in range(len(ctx) - 1) if want and occurs(want, e)]
 
 
 class TestModelDrafter:
@@ -276,28 +277,29 @@ class TestLookupGate:
 
     def test_a_blocked_length_wins_trust_back_for_free_from_what_steps_kept(self):
         gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})  # Q4-like: a row costs 0.42 T(1)
-        d = PromptLookupDrafter(max_ngram=2, min_ngram=2, gate=gate)
+        d = SuffixDrafter(gate=gate)
         for _ in range(30):
-            gate.observe(2, 3, 0)
+            gate.observe(("context", 2), 3, 0)
         ctx = [5, 6, 7, 8, 1, 5, 6]  # "5 6" matched: 7 8 1 follows
         proposed = []
         for _ in range(40):  # the text now repeats: each step keeps what the match said
             proposed.append(len(d.draft(ctx, 3, GREEDY, None).ids))
             d.observe(d.draft(ctx, 3, GREEDY, None), None, (7,))  # another proposal was verified; 7 kept
         assert proposed[0] == 0 and proposed[-1] > 0  # blocked at first, trusted again later
-        assert gate.alpha(2) > 0.6
+        assert gate.alpha(("context", 2)) > 0.6
 
     def test_a_match_is_scored_only_as_far_as_the_step_kept(self):
         gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
-        d = PromptLookupDrafter(max_ngram=2, min_ngram=2, gate=gate)
-        gate.observe(2, 1, 0)  # blocked: nothing is proposed
+        d = SuffixDrafter(gate=gate)
+        key = ("context", 2)
+        gate.observe(key, 1, 0)  # blocked: nothing is proposed
         proposal = d.draft([5, 6, 7, 8, 1, 5, 6], 3, GREEDY, None)
         assert proposal.ids == ()
-        before = list(gate.counts[2])
+        before = list(gate.counts[key])
         d.observe(proposal, (0, 0), (7, 9))  # 7 agreed, 9 did not (8 was the match's)
-        assert gate.counts[2] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
+        assert gate.counts[key] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
         d.observe(Draft(), (0, 0), (7, 9))  # a step that found no match: nothing to score
-        assert gate.counts[2] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
+        assert gate.counts[key] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
 
     def test_one_rejection_blocks_an_unseen_length_where_a_row_is_dear(self):
         gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
@@ -318,12 +320,12 @@ class TestLookupGate:
 
     def test_drafter_reports_the_verdict_to_the_length_it_used(self):
         gate = LookupGate(CostModel({1: 1.0, 2: 1.1, 4: 1.3}))
-        d = PromptLookupDrafter(max_ngram=3, min_ngram=2, gate=gate)
-        ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]  # only a 2-gram match ("2 3")
+        d = SuffixDrafter(gate=gate)
+        ctx = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 2, 3]  # only a 2-token match ("2 3")
         proposal = d.draft(ctx, 3, GREEDY, None)
         assert proposal.ids == (7, 8)  # alpha 0.5: E(2) / T(3) beats E(3) / T(4)
         d.observe(proposal, (2, 0), (9,))
-        assert gate.counts[2][1] > 1.0 and 3 not in gate.counts
+        assert gate.counts[("context", 2)][1] > 1.0 and len(gate.counts) == 1
 
     def test_greedy_output_is_the_targets_with_the_gate(self, monkeypatch):
         fn = hashed_logits(5, 12, order=2)  # a small vocabulary repeats n-grams often
@@ -334,7 +336,7 @@ class TestLookupGate:
         target = TimedModel(fn, 12, clock, lambda n, call: float(np.interp(n, list(curve), list(curve.values()))))
         costs = CostModel(dict(curve))
         gate = LookupGate(costs)
-        drafter = PromptLookupDrafter(min_ngram=2, gate=gate)
+        drafter = SuffixDrafter(gate=gate)
         engine = SpeculativeEngine(target, drafter, AdaptiveController(costs, 8))
         steps = list(engine.generate([3, 4, 5], GREEDY, 60))
         assert [t for s in steps for t in s.emitted] == ref
@@ -346,11 +348,12 @@ class TestCopiesBesideADraftModel:
     (``controller.pick_copy``), and every match is scored against what the step kept."""
 
     CTX = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]  # "1 2 3" came before, then 4 5 6 ...
+    KEY = ("context", 3)  # what the gate judges a 3-token match of the context by
 
     @staticmethod
     def lookup(prior=(3.0, 1.0)):  # unseen match lengths start at alpha 0.75
         costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        return PromptLookupDrafter(gate=LookupGate(costs, replace(P, copy_prior=prior)))
+        return SuffixDrafter(gate=LookupGate(costs, replace(P, copy_prior=prior)))
 
     @staticmethod
     def counting_model():
@@ -376,20 +379,20 @@ class TestCopiesBesideADraftModel:
     def test_an_unused_match_is_scored_against_what_the_step_kept(self):
         d = self.lookup()
         for _ in range(20):  # 3-token matches keep failing
-            d.gate.observe(3, 4, 0)
+            d.gate.observe(self.KEY, 4, 0)
         copy = d.draft(self.CTX, 16, GREEDY, None)
         assert pick_copy([copy], 2, P) is None
-        accepted, rejected = d.gate.counts[3]
+        accepted, rejected = d.gate.counts[self.KEY]
         d.observe(copy, None, (4,))  # the target's token agreed with the copy's first token
-        assert d.gate.counts[3] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
+        assert d.gate.counts[self.KEY] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
         d.observe(d.draft(self.CTX, 16, GREEDY, None), None, (8,))  # and now it did not
-        assert d.gate.counts[3][1] > 0.95 * rejected
+        assert d.gate.counts[self.KEY][1] > 0.95 * rejected
 
     def test_a_verified_copy_teaches_the_gate_its_verdict(self):
         d = self.lookup()
         copy = d.draft(self.CTX, 16, GREEDY, None)
         d.observe(copy, (5, 2), (4, 5, 9))
-        assert d.gate.counts[3] == pytest.approx([0.95 * 3 + 2, 0.95 * 1 + 1])
+        assert d.gate.counts[self.KEY] == pytest.approx([0.95 * 3 + 2, 0.95 * 1 + 1])
 
     def test_in_the_engine_a_trusted_copy_costs_no_draft_pass_and_runs_past_k(self):
         model, calls = self.counting_model()
@@ -412,7 +415,7 @@ class TestCopiesBesideADraftModel:
         step = next(engine.generate(self.CTX, GREEDY, 4))  # the budget cuts the copy to 3 tokens
         assert step.drafted == (4, 5, 6) and step.n_accepted == 3
         # the verify tested 3 and kept 3: no rejection (the match's 4th token, 7, was never tested)
-        assert lookup.gate.counts[3] == pytest.approx([0.95 * 3 + 3, 0.95 * 1])
+        assert lookup.gate.counts[self.KEY] == pytest.approx([0.95 * 3 + 3, 0.95 * 1])
 
     def test_in_the_engine_an_untrusted_copy_leaves_the_step_to_the_model(self):
         model, calls = self.counting_model()
@@ -427,6 +430,6 @@ class TestCopiesBesideADraftModel:
         ref = [t for s in SpeculativeEngine(FakeModel(fn, 12)).generate([3, 4, 5], GREEDY, 60) for t in s.emitted]
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.5}, t_draft=0.1)
         drafter = ModelDrafter(FakeModel(hashed_logits(6, 12, order=2), 12), 12, costs=costs)
-        copier = PromptLookupDrafter(costs=costs)
+        copier = SuffixDrafter(gate=LookupGate(costs))
         engine = SpeculativeEngine(FakeModel(fn, 12), drafter, AdaptiveController(costs, 8), (copier,))
         assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref

@@ -7,11 +7,12 @@ import pytest
 
 from localspec.core.controller import AdaptiveController, Choice, FixedController
 from localspec.core.costs import CostModel
-from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.policy import DEFAULT as P
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
+from localspec.core.suffix import SuffixDrafter
 from tests.support.fakes import EOS, FakeModel, ScriptedDrafter, hashed_logits, oracle_greedy
 
 V = 50
@@ -53,7 +54,7 @@ class TestGreedyIdentity:
             costs = CostModel({1: 1.0, 2: 1.05, 4: 1.3, 8: 1.8}, 0.1) if "rule" in drafter_kind else None
             drafter = ModelDrafter(FakeModel(noisy, V), V, p_min=0.0, costs=costs)
         else:
-            drafter = PromptLookupDrafter(min_ngram=1)
+            drafter = SuffixDrafter()
         got, steps = run(SpeculativeEngine(target, drafter, fixed(k)))
         assert got == expected
         assert sum(len(s.drafted) for s in steps) > 0 or drafter_kind == "lookup"
@@ -190,7 +191,7 @@ class TestAdaptive:
         costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=5.0)
         draft = FakeModel(hashed_logits(seed=4, n_vocab=V), V)
         # alpha 0.9: copied, even for the target
-        trusting = PromptLookupDrafter(gate=LookupGate(costs, replace(P, copy_prior=(9.0, 1.0))))
+        trusting = SuffixDrafter(gate=LookupGate(costs, replace(P, copy_prior=(9.0, 1.0))))
         drafter = ModelDrafter(draft, V, costs=costs)
         got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(costs, 8), (trusting,)))
         assert got == target_only(fn)[0]

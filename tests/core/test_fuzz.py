@@ -1,8 +1,8 @@
-"""Property-based tests (hypothesis) of the verification rules and the prompt-lookup drafter.
+"""Property-based tests (hypothesis) of the verification rules and the suffix drafter.
 
 Convention as in sampling.py: ``p_target[i]`` is the target's distribution after the first i
 drafted tokens (k+1 rows), ``q_draft[i]`` the draft's for x_{i+1}. The UTF-8 streamer and
-find_latest_ngram have their own fuzz tests in test_textstream.py / test_drafters.py.
+suffix matcher have their own fuzz tests in test_textstream.py / test_drafters.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from localspec.core.drafters import PromptLookupDrafter
 from localspec.core.sampling import SamplingParams, sample, verify_greedy, verify_speculative
+from localspec.core.suffix import SuffixDrafter
 
 GREEDY = SamplingParams(temperature=0.0)
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,21 +109,20 @@ class TestGreedyRule:
         assert 0 <= v.n_accepted <= len(drafted)
 
 
-class TestPromptLookup:
+class TestSuffixDrafter:
     @FAST
-    @given(st.lists(st.integers(0, 3), max_size=40), st.integers(0, 8), st.integers(1, 4), st.integers(1, 4))
-    def test_drafts_only_a_real_continuation_of_the_longest_earlier_match(self, ctx, k, lo, span):
-        hi = lo + span - 1
-        d = PromptLookupDrafter(max_ngram=hi, min_ngram=lo).draft(ctx, k, GREEDY, None)
+    @given(st.lists(st.integers(0, 3), max_size=40), st.integers(0, 8))
+    def test_drafts_only_a_real_continuation_of_the_longest_earlier_match(self, ctx, k):
+        d = SuffixDrafter().draft(ctx, k, GREEDY, None)
         assert d.q_draft is None and len(d.ids) <= max(k, 0)
 
-        def matches(n):  # earlier starts of the last n-gram that have a token after them
-            return [s for s in range(len(ctx) - n) if ctx[s : s + n] == ctx[len(ctx) - n :]]
+        def ends(n):  # where earlier occurrences of the last n tokens end (something follows)
+            return [e for e in range(n - 1, len(ctx) - 1) if ctx[e - n + 1 : e + 1] == ctx[len(ctx) - n :]]
 
-        sizes = [n for n in range(lo, min(hi, len(ctx) - 1) + 1) if matches(n)]
+        sizes = [n for n in range(1, len(ctx)) if ends(n)]
         if not d.ids:
-            assert k <= 0 or len(ctx) < lo + 1 or not sizes
+            assert k <= 0 or not sizes
             return
-        n = max(sizes)  # the longest n-gram that matched, and its latest occurrence
-        s = matches(n)[-1]
-        assert list(d.ids) == ctx[s + n : s + n + k]
+        n = max(sizes)  # the longest match: the draft continues one of its occurrences
+        assert d.match == ("context", min(n, 4))
+        assert any(tuple(ctx[e + 1 : e + 1 + len(d.ids)]) == d.ids for e in ends(n))

@@ -3,7 +3,7 @@
 import pytest
 
 from localspec.core.costs import CostModel
-from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.modes import (
     Drafting,
     DraftingMode,
@@ -16,6 +16,7 @@ from localspec.core.modes import (
     target_alone,
 )
 from localspec.core.policy import DEFAULT as P
+from localspec.core.suffix import SuffixDrafter
 from tests.support.fakes import FakeModel, fixed_k, hashed_logits
 
 V = 32
@@ -44,7 +45,7 @@ class TestBuiltinModes:
         assert first.costs is drafting.controller.costs  # the marginal rule's costs
         assert drafting.copies and drafting.new_copiers is not None
         (lookup,), (again,) = drafting.new_copiers(ReplySpec()), drafting.new_copiers(ReplySpec())
-        assert isinstance(lookup, PromptLookupDrafter) and lookup is not again
+        assert isinstance(lookup, SuffixDrafter) and lookup is not again
         assert lookup.gate is again.gate and lookup.gate is not None and lookup.gate.prior == P.copy_prior
 
     @pytest.mark.parametrize("adaptive, copy", [(False, True), (True, False)])
@@ -64,7 +65,7 @@ class TestBuiltinModes:
         drafting = prompt_lookup(context())
         assert drafting.controller.costs.t_draft == 0.0
         first, second = drafting.new_drafter(ReplySpec()), drafting.new_drafter(ReplySpec())
-        assert isinstance(first, PromptLookupDrafter) and isinstance(second, PromptLookupDrafter)
+        assert isinstance(first, SuffixDrafter) and isinstance(second, SuffixDrafter)
         assert first.gate is not None and first.gate is second.gate
         assert prompt_lookup(context(adaptive=False)).new_drafter(ReplySpec()).gate is None
 

@@ -245,6 +245,7 @@ NOT_DEFAULT = {
     "adaptive": False,
     "p_min": 0.5,
     "copy": False,
+    "history": False,
 }
 
 
@@ -269,7 +270,7 @@ class TestLoadOptions:
 
     def test_the_clis_load_options_carry_every_flag(self):
         flags = ["--gpu-layers", "3", "--draft-gpu-layers", "0", "--threads", "2", "--ctx", "512"]
-        flags += ["--draft-max", "4", "--no-adapt", "--p-min", "0.5", "--no-copy"]
+        flags += ["--draft-max", "4", "--no-adapt", "--p-min", "0.5", "--no-copy", "--no-history"]
         args = command("run").parse_args(["--target", "t.gguf", *flags, "hi"])
         spec, opts = spec_and_options(args)
         assert spec.target == Path("t.gguf") and opts == LoadOptions(**NOT_DEFAULT)

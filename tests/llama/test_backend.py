@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from localspec.chat.session import IncompatiblePair, LoadOptions, PairSpec, Session
-from localspec.core.drafters import ModelDrafter, NoDrafter, PromptLookupDrafter
+from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.protocol import Argmax, ContextFull
 from localspec.core.sampling import SamplingParams
+from localspec.core.suffix import SuffixDrafter
 from localspec.llama.backend import (
     MAX_LOGIT_ROWS,
     BackendError,
@@ -64,7 +65,7 @@ class TestGreedyIdentity:
     def test_lookup_matches_target_only(self, target):
         prompt = target.tokenize(TEXT * 3)
         expected, _ = generate(target, NoDrafter(), 0, prompt)
-        got, _ = generate(target, PromptLookupDrafter(min_ngram=1), 6, prompt)
+        got, _ = generate(target, SuffixDrafter(), 6, prompt)
         assert got == expected
 
     def test_target_as_its_own_draft_accepts_everything(self, tiny, target):

@@ -136,3 +136,46 @@ class TestSettings:
             call = session.calls[-1]
             assert call["messages"][0] == {"role": "system", "content": "Answer in Korean."}
             assert call["params"].temperature == 0.7
+
+
+class TestHistorySettings:
+    """The draft.history switch, and beside it what the history of past replies holds
+    (localspec.chat.history) with a button that forgets it."""
+
+    async def test_the_switch_saves_draft_history(self):
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_settings(app, pilot)
+            switch = screen.query_one("#k-draft-history")
+            assert switch.value is True
+            switch.value = False
+            screen.action_save()
+            await wait_for(pilot, lambda: type(app.screen).__name__ == "ChatScreen")
+        assert load_settings()[0].draft.history is False
+
+    async def test_what_is_kept_is_shown_and_forgotten(self):
+        from localspec.chat.history import HistoryStore
+
+        store = HistoryStore()
+        store.add("aa", [1, 2, 3])
+        store.add("bb", [4, 5, 6, 7])
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_settings(app, pilot)
+            summary = lambda: str(screen.query_one("#history-summary").render())
+            assert "kept: 2 past replies, 7 tokens, " in summary() and str(store.root) in summary()
+            screen.query_one("#history-clear").press()
+            await wait_for(pilot, lambda: "nothing yet" in summary())
+            assert f"it would be kept in {store.root}" in summary()
+        assert store.summary() == []
+
+    async def test_a_damaged_history_is_said_on_the_screen(self):
+        from localspec.chat.history import HistoryStore
+
+        store = HistoryStore()
+        (store.root / "aa").mkdir(parents=True)
+        (store.root / "aa" / "base.npz").write_bytes(b"junk")
+        app = make_app()
+        async with app.run_test(size=SIZE) as pilot:
+            screen = await open_settings(app, pilot)
+            assert "set aside as base.npz.bad-" in str(screen.query_one("#history-summary").render())

@@ -1,5 +1,6 @@
 """The app's stored settings: where models live, every model, reply and drafting option, and
-the app's own; saved only when the whole validates."""
+the app's own; saved only when the whole validates. Beside the ``draft.history`` switch, what
+the history of past replies holds (``localspec.chat.history``) and a button that forgets it."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic.fields import FieldInfo
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Input, Label, Select, Static, Switch
+from textual.widgets import Button, Input, Label, Select, Static, Switch
 
+from ...chat.history import HistoryStore
 from ...core import options
+from ...units import human_bytes_si
 from .form import FieldError, OptionForm
 
 # what the settings screen edits, in order: where models live, every model option and the reply
@@ -41,9 +45,10 @@ class SettingsScreen(OptionForm[Any]):
     BINDINGS = [Binding("escape", "dismiss", "Cancel"), Binding("ctrl+s", "save", "Save")]
     fields = {_input_id(key): (SETTING_OPTIONS[key], key) for key in APP_SETTING_KEYS if key in SETTING_OPTIONS}
 
-    def __init__(self, settings, path, warning: str | None = None) -> None:
+    def __init__(self, settings, path, warning: str | None = None, history: HistoryStore | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self.settings, self.path, self.warning = settings, path, warning
+        self.history = history or HistoryStore()
 
     def _value(self, key: str) -> Any:
         """The stored value of ``key`` ('draft.p_min': a field of a nested group)."""
@@ -80,7 +85,38 @@ class SettingsScreen(OptionForm[Any]):
                 if key in SETTING_OPTIONS:
                     yield FieldError(id=f"e-{_input_id(key)}")
                 yield Static(Text(field.description or "" if field else ""), classes="field-help")
+                if key == "draft.history":
+                    yield from self.history_rows()
             yield from self.save_row()
+
+    def history_rows(self) -> ComposeResult:
+        yield Static(self.history_summary(), id="history-summary", classes="field-help")
+        yield Button("Forget past replies", id="history-clear")
+
+    def history_summary(self) -> Text:
+        """One line on what the history holds, for every tokenizer, and where."""
+        try:
+            kept = self.history.summary()
+        except OSError as e:
+            return Text(f"kept: {self.history.root} cannot be read ({e})", style="#d78700")
+        if not kept:
+            return Text(f"kept: nothing yet (it would be kept in {self.history.root})")
+        replies, tokens = sum(s.replies for s in kept), sum(s.tokens for s in kept)
+        size = human_bytes_si(sum(s.size_bytes for s in kept))
+        line = Text(f"kept: {replies:,} past replies, {tokens:,} tokens, {size} in {self.history.root}")
+        for warning in (w for s in kept for w in s.warnings):
+            line.append(f"\n{warning}", style="#d78700")
+        return line
+
+    @on(Button.Pressed, "#history-clear")
+    def forget_history(self) -> None:
+        try:
+            forgotten = self.history.clear()
+        except OSError as e:
+            self.notify(f"past replies not all forgotten: {e}", severity="error", markup=False)
+        else:
+            self.notify(f"forgot {forgotten:,} past replies; the chats stay", timeout=3, markup=False)
+        self.query_one("#history-summary", Static).update(self.history_summary())
 
     def save(self, checked: dict[str, Any]) -> None:
         data = self.settings.model_dump(mode="json")

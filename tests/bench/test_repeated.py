@@ -1,0 +1,74 @@
+"""bench.repeated: scenarios of repeated work, played in order on tiny real GGUFs."""
+
+import json
+
+import pytest
+
+from localspec.bench import repeated
+from localspec.chat.session import LoadOptions, PairSpec, Session
+
+SUITE = {
+    "name": "tiny",
+    "scenarios": [
+        {"id": "again", "kind": "regenerate", "times": 2, "prompt": "say something", "max_tokens": 24},
+        {"id": "turns", "kind": "chat", "turns": ["one", "two"], "max_tokens": 12},
+        {"id": "loop", "kind": "requests", "system": "be brief", "template": "x {input}", "inputs": ["a", "b"]},
+    ],
+}
+
+
+@pytest.fixture
+def session(tiny_pair):
+    # no adaptation: every step proposes what the history says, whatever this busy machine times
+    s = Session.load(PairSpec(tiny_pair[0]), LoadOptions(n_ctx=512, threads=1, adaptive=False, draft_max=8))
+    yield s
+    s.close()
+
+
+class TestRunRepeated:
+    def test_every_mode_plays_every_scenario_and_greedy_replies_stay_the_targets(self, session):
+        rep = repeated.run_repeated(session, SUITE, ["none", "lookup", "lookup+history"], repeats=2)
+        assert len(rep["rows"]) == 3 * 3 * 2
+        for row in rep["rows"]:
+            if row["mode"] != "none":
+                assert row["identical"] == row["replies"]
+        again = [r for r in rep["rows"] if r["scenario"] == "again" and r["mode"] == "lookup+history"]
+        assert all(r["stats"]["accepted_by_source"].get("history", 0) > 0 for r in again)  # the 2nd reply, drafted
+        plain = [r for r in rep["rows"] if r["mode"] == "lookup"]
+        assert not any(r["stats"]["accepted_by_source"].get("history") for r in plain)
+        assert session.replies is None  # the session's own history is left as it was
+        table = repeated.markdown(rep)
+        assert "| again |" in table and "lookup+history ×" in table and "Median over scenarios" in table
+
+    def test_a_chat_carries_each_modes_own_earlier_replies(self):
+        msgs = repeated.messages(SUITE["scenarios"][1], 1, ["first reply"])
+        assert [m["content"] for m in msgs] == ["one", "first reply", "two"]
+        loop = repeated.messages(SUITE["scenarios"][2], 1, [])
+        assert loop == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x b"}]
+
+
+class TestLoad:
+    def test_the_built_in_suite_has_each_kind_of_repeated_work(self):
+        suite = repeated.load()
+        assert {s["kind"] for s in suite["scenarios"]} == set(repeated.KINDS)
+        loop = next(s for s in suite["scenarios"] if s["kind"] == "requests" and s.get("system"))
+        assert len(loop["inputs"]) >= 20
+
+    @pytest.mark.parametrize(
+        "content, problem",
+        [
+            ("{", "cannot read"),
+            ('{"scenarios": []}', "a repeated-work suite is"),
+            ('{"scenarios": [{"kind": "x"}]}', "needs a kind"),
+        ],
+    )
+    def test_a_bad_file_is_refused_with_what_is_wrong(self, tmp_path, content, problem):
+        path = tmp_path / "s.json"
+        path.write_text(content)
+        with pytest.raises(ValueError, match=problem):
+            repeated.load(str(path))
+
+    def test_a_file_of_scenarios_loads(self, tmp_path):
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(SUITE))
+        assert [s["id"] for s in repeated.load(str(path))["scenarios"]] == ["again", "turns", "loop"]

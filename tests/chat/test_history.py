@@ -1,0 +1,402 @@
+"""localspec/chat/history.py: the past replies kept on disk per tokenizer, two segments each,
+what a damaged or foreign file comes to, and two processes adding at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from localspec.chat.history import FORMAT, MERGE_MIN_TOKENS, HistoryStore
+from localspec.core import suffix
+
+KEY = "0a1b2c"
+FORK = multiprocessing.get_context("fork")  # for children that build no suffix array
+# Children that build one are spawned: libdivsufsort runs on OpenMP (libgomp), whose threads a
+# forked child does not get back, so a fork after a build hangs in the next one.
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def reply(n: int, first: int = 0) -> list[int]:
+    """``n`` distinct token ids from ``first``: replies made with other ``first`` never repeat one."""
+    return list(range(first, first + n))
+
+
+def kept(store: HistoryStore, key: str = KEY) -> list[list[int]]:
+    """Every reply kept, oldest segment first, as lists of ids."""
+    segments, _ = store.load(key)
+    return [r.tolist() for c in segments for r in c.replies()]
+
+
+def segment_sizes(store: HistoryStore, key: str = KEY) -> list[int]:
+    return [c.n_tokens for c in store.load(key)[0]]
+
+
+def set_aside(folder: Path) -> list[str]:
+    return sorted(p.name.split(".bad-")[0] for p in folder.iterdir() if ".bad-" in p.name)
+
+
+class TestRoundTrip:
+    def test_replies_come_back_in_order_in_another_store(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(5), now=1.0)
+        store.add(KEY, reply(3, 100), now=2.0)
+        again = HistoryStore(tmp_path)
+        assert kept(again) == [reply(5), reply(3, 100)]
+        (corpus,) = again.load(KEY)[0]
+        assert corpus.used.tolist() == [1.0, 2.0] and again.load(KEY)[1] == []
+
+    def test_both_segments_come_back_oldest_first(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1), now=1.0)  # alone past the threshold: base
+        store.add(KEY, reply(3, 10**6), now=2.0)  # recent
+        assert kept(HistoryStore(tmp_path)) == [reply(MERGE_MIN_TOKENS + 1), reply(3, 10**6)]
+
+    def test_add_answers_with_what_load_reads(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        segments, warnings = store.add(KEY, reply(4), now=1.0)
+        assert warnings == [] and [r.tolist() for c in segments for r in c.replies()] == kept(store)
+
+    def test_the_default_root_is_in_the_data_dir(self, tmp_path):
+        store = HistoryStore()
+        store.add(KEY, reply(2))
+        assert (tmp_path / "data" / "history" / KEY / "recent.npz").exists()  # conftest's LOCALSPEC_DATA_DIR
+
+    def test_nothing_kept_is_an_empty_history_and_no_warning(self, tmp_path):
+        assert HistoryStore(tmp_path).load(KEY) == ((), [])
+
+    def test_an_empty_reply_and_one_over_the_cap_are_not_kept(self, tmp_path):
+        store = HistoryStore(tmp_path, cap_tokens=10)
+        assert store.add(KEY, []) == ((), []) and store.add(KEY, reply(11)) == ((), [])
+        assert not (tmp_path / KEY).exists()
+
+    @pytest.mark.parametrize("key", ["", "../x", "ABC", "a/b", "0" * 65])
+    def test_a_key_that_is_not_short_hex_is_refused(self, tmp_path, key):
+        with pytest.raises(ValueError, match="short hex"):
+            HistoryStore(tmp_path).load(key)
+
+    @pytest.mark.parametrize("ids", [[-1], [int(suffix.SEP)]])
+    def test_ids_no_tokenizer_gives_are_refused(self, tmp_path, ids):
+        with pytest.raises(ValueError, match="token ids run from 0"):
+            HistoryStore(tmp_path).add(KEY, ids)
+
+    def test_histories_of_two_tokenizers_stay_apart(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add("aa", reply(2))
+        store.add("bb", reply(3, 50))
+        assert kept(store, "aa") == [reply(2)] and kept(store, "bb") == [reply(3, 50)]
+
+
+class TestDedupe:
+    def test_a_repeated_reply_is_kept_once_and_its_use_refreshed(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(4), now=1.0)
+        store.add(KEY, reply(4, 10), now=2.0)
+        store.add(KEY, reply(4), now=3.0)
+        (corpus,) = store.load(KEY)[0]
+        assert kept(store) == [reply(4), reply(4, 10)]  # not a third
+        assert corpus.used.tolist() == [3.0, 2.0]
+
+    def test_a_reply_merged_into_base_is_refreshed_there(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        big = reply(MERGE_MIN_TOKENS + 1)  # alone past the threshold: merged at once
+        store.add(KEY, big, now=1.0)
+        store.add(KEY, reply(3, 10**6), now=2.0)
+        store.add(KEY, big, now=5.0)
+        base, recent = store.load(KEY)[0]
+        assert (base.used.tolist(), recent.used.tolist()) == ([5.0], [2.0])
+
+    def test_a_longer_or_shorter_reply_is_another_reply(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        for r in (reply(4), reply(3), reply(5)):
+            store.add(KEY, r)
+        assert kept(store) == [reply(4), reply(3), reply(5)]
+
+
+class TestEviction:
+    """Cap 100 tokens, replies of 30: three fit, the least recently written goes first."""
+
+    def test_the_least_recently_written_goes_first(self, tmp_path):
+        store = HistoryStore(tmp_path, cap_tokens=100)
+        for i in range(4):
+            store.add(KEY, reply(30, 100 * i), now=float(i))
+        assert kept(store) == [reply(30, 100), reply(30, 200), reply(30, 300)]  # r0 dropped
+
+    def test_a_refreshed_reply_outlives_newer_ones(self, tmp_path):
+        store = HistoryStore(tmp_path, cap_tokens=100)
+        for i in range(3):
+            store.add(KEY, reply(30, 100 * i), now=float(i))
+        store.add(KEY, reply(30, 0), now=10.0)  # r0 written again: now the most recent
+        store.add(KEY, reply(30, 300), now=11.0)  # r1 is the least recent and goes
+        assert sorted(kept(store)) == [reply(30, 0), reply(30, 200), reply(30, 300)]
+
+    def test_eviction_spans_both_segments(self, tmp_path):
+        store = HistoryStore(tmp_path, cap_tokens=MERGE_MIN_TOKENS + 20)
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1), now=1.0)  # base
+        store.add(KEY, reply(10, 10**6), now=2.0)  # recent
+        store.add(KEY, reply(10, 2 * 10**6), now=3.0)  # 21 past the cap: the base's reply goes
+        assert kept(store) == [reply(10, 10**6), reply(10, 2 * 10**6)]
+        assert sum(segment_sizes(store)) == 20
+
+
+class TestMerge:
+    def test_recent_is_merged_once_past_the_minimum(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        n = MERGE_MIN_TOKENS // 4
+        for i in range(4):
+            store.add(KEY, reply(n, i * n), now=float(i))
+        assert segment_sizes(store) == [4 * n]  # exactly the minimum: still recent alone
+        store.add(KEY, reply(1, 10**6), now=4.0)
+        assert segment_sizes(store) == [4 * n + 1]  # one past it: merged into base
+        base_file, recent_file = (tmp_path / KEY / "base.npz"), (tmp_path / KEY / "recent.npz")
+        assert base_file.exists() and recent_file.exists()
+        store.add(KEY, reply(2, 2 * 10**6), now=5.0)
+        assert segment_sizes(store) == [4 * n + 1, 2]  # the next reply starts recent again
+
+    def test_past_the_minimum_recent_may_grow_to_a_quarter_of_base(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        base = 8 * MERGE_MIN_TOKENS
+        store.add(KEY, reply(base), now=0.0)
+        quarter = base // 4
+        for i in range(2):
+            store.add(KEY, reply(quarter // 2, 10**7 + i * quarter), now=1.0 + i)
+        assert segment_sizes(store) == [base, quarter]  # a quarter exactly: not merged
+        store.add(KEY, reply(1, 10**8), now=3.0)
+        assert segment_sizes(store) == [base + quarter + 1]
+
+    def test_a_merge_keeps_every_reply_in_order_and_drafts_match_them(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        replies = [reply(MERGE_MIN_TOKENS // 2, 10**6 * (i + 1)) for i in range(3)]
+        for i, r in enumerate(replies):
+            store.add(KEY, r, now=float(i))
+        (base,) = store.load(KEY)[0]
+        assert [r.tolist() for r in base.replies()] == replies
+        tail = np.array(replies[1][:50], dtype=np.uint32)
+        assert suffix.match_corpus(base, tail, depth=64, max_ends=4).length == 50  # its suffix array is sound
+
+
+def valid_file(path: Path, key: str = KEY, **override) -> None:
+    """A segment file of two replies, with any of its arrays replaced."""
+    corpus = suffix.build([reply(3), reply(2, 10)], [1.0, 2.0])
+    arrays = {name: getattr(corpus, name) for name in ("tokens", "starts", "used", "rsa")}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        np.savez(f, **{**arrays, "version": np.int64(FORMAT), "key": np.str_(key), **override})
+
+
+class TestDamagedFiles:
+    """Each damaged or foreign file is set aside with a warning naming it; the other segment
+    and later adds work as before."""
+
+    @pytest.fixture
+    def store(self, tmp_path) -> HistoryStore:
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1), now=1.0)  # base
+        store.add(KEY, reply(5, 10**6), now=2.0)  # recent
+        return store
+
+    def spoil_recent(self, store: HistoryStore, how: str) -> Path:
+        path = store.root / KEY / "recent.npz"
+        if how == "random bytes":
+            path.write_bytes(np.random.default_rng(0).bytes(4096))
+        elif how == "truncated":
+            path.write_bytes(path.read_bytes()[:300])
+        elif how == "one array":
+            with open(path, "wb") as f:
+                np.save(f, np.arange(3))
+        elif how == "other arrays":
+            with open(path, "wb") as f:
+                np.savez(f, weights=np.zeros(4), bias=np.ones(2))
+        elif how == "wrong dtype":
+            valid_file(path, tokens=np.zeros(8, dtype=np.int64))
+        elif how == "inconsistent":
+            valid_file(path, starts=np.array([1, 4], dtype=np.int64))
+        elif how == "pickled":
+            with open(path, "wb") as f:
+                np.savez(f, tokens=np.array([{"a": 1}], dtype=object))
+        return path
+
+    @pytest.mark.parametrize(
+        "how", ["random bytes", "truncated", "one array", "other arrays", "wrong dtype", "inconsistent", "pickled"]
+    )
+    def test_a_damaged_or_foreign_file_is_set_aside(self, store, how):
+        path = self.spoil_recent(store, how)
+        segments, warnings = store.load(KEY)
+        assert [c.n_tokens for c in segments] == [MERGE_MIN_TOKENS + 1]  # base still drafts
+        assert len(warnings) == 1 and str(path) in warnings[0] and "set aside as recent.npz.bad-" in warnings[0]
+        assert set_aside(path.parent) == ["recent.npz"] and not path.exists()
+        assert store.load(KEY)[1] == []  # said once: the file is gone
+        store.add(KEY, reply(2, 7 * 10**6))
+        assert kept(store)[-1] == reply(2, 7 * 10**6)
+
+    def test_another_tokenizers_file_is_set_aside(self, store):
+        other = store.root / "ff" / "recent.npz"
+        other.parent.mkdir()
+        other.write_bytes((store.root / KEY / "recent.npz").read_bytes())
+        segments, warnings = store.load("ff")
+        assert segments == () and len(warnings) == 1
+        assert f"another tokenizer's history (key '{KEY}', not 'ff')" in warnings[0]
+        assert set_aside(other.parent) == ["recent.npz"]
+
+    def test_a_newer_format_is_set_aside_and_said_so(self, store):
+        path = store.root / KEY / "base.npz"
+        valid_file(path, version=np.int64(FORMAT + 1))
+        segments, warnings = store.load(KEY)
+        assert kept(store) == [reply(5, 10**6)]
+        assert f"written by a newer localspec (history format {FORMAT + 1}; this one reads {FORMAT})" in warnings[0]
+        assert set_aside(path.parent) == ["base.npz"]
+
+    def test_add_sets_a_damaged_file_aside_and_keeps_the_reply(self, store):
+        self.spoil_recent(store, "random bytes")
+        segments, warnings = store.add(KEY, reply(2, 9 * 10**6), now=3.0)
+        assert "set aside" in warnings[0]
+        assert kept(store) == [reply(MERGE_MIN_TOKENS + 1), reply(2, 9 * 10**6)]
+
+    def test_a_damaged_file_is_left_while_another_process_holds_the_lock(self, store, monkeypatch):
+        from localspec import lockedfile
+
+        monkeypatch.setattr(lockedfile, "LOCK_TIMEOUT", 0.2)
+        path = self.spoil_recent(store, "random bytes")
+        done, held = FORK.Event(), FORK.Event()
+        holder = FORK.Process(target=hold_lock, args=(store.root / KEY / "history", held, done))
+        holder.start()
+        try:
+            assert held.wait(30)
+            segments, warnings = store.load(KEY)
+        finally:
+            done.set()
+            holder.join(30)
+        assert "left as it is" in warnings[0] and path.exists() and set_aside(path.parent) == []
+
+    def test_a_segment_that_cannot_be_read_is_left_alone(self, store):
+        path = store.root / KEY / "recent.npz"
+        path.unlink()
+        path.mkdir()  # an OSError on reading, not damage: nothing to set aside
+        segments, warnings = store.load(KEY)
+        assert [c.n_tokens for c in segments] == [MERGE_MIN_TOKENS + 1]
+        assert warnings == [
+            f"{path}: cannot be read ([Errno 21] Is a directory: '{path}'); left as it is, drafting without it"
+        ]
+        assert path.is_dir()
+
+    def test_a_root_that_is_not_a_folder_is_an_empty_history_with_a_warning(self, tmp_path):
+        (tmp_path / "file").write_text("x")
+        store = HistoryStore(tmp_path / "file")
+        segments, warnings = store.load(KEY)
+        assert segments == () and len(warnings) == 2 and "cannot be read" in warnings[0]
+        segments, warnings = store.add(KEY, reply(3))
+        assert segments == () and "this reply was not kept" in warnings[-1]
+
+    @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a folder whatever its permissions")
+    def test_a_folder_without_read_permission_is_an_empty_history_with_a_warning(self, store):
+        folder = store.root / KEY
+        folder.chmod(0)
+        try:
+            segments, warnings = store.load(KEY)
+        finally:
+            folder.chmod(0o755)
+        assert segments == () and all("Permission denied" in w for w in warnings) and len(warnings) == 2
+
+
+def hold_lock(path: Path, held, done) -> None:
+    from localspec.lockedfile import locked
+
+    with locked(path):
+        held.set()
+        done.wait(30)
+
+
+# 2 processes of 50 replies of 1,000 tokens: 100,000 tokens, so a merge into base happens while both write
+PROCESSES, REPLIES, LENGTH = 2, 50, 1000
+
+
+def add_many(root: Path, start, i: int) -> None:
+    store = HistoryStore(root)
+    start.wait()
+    for j in range(REPLIES):
+        store.add(KEY, reply(LENGTH, (i * REPLIES + j) * LENGTH))
+
+
+class TestConcurrentWriters:
+    def test_two_processes_adding_at_once_lose_no_reply(self, tmp_path):
+        start = SPAWN.Barrier(PROCESSES)
+        procs = [SPAWN.Process(target=add_many, args=(tmp_path, start, i)) for i in range(PROCESSES)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        assert [p.exitcode for p in procs] == [0] * PROCESSES
+        store = HistoryStore(tmp_path)
+        want = {tuple(reply(LENGTH, k * LENGTH)) for k in range(PROCESSES * REPLIES)}
+        assert {tuple(r) for r in kept(store)} == want and len(kept(store)) == PROCESSES * REPLIES
+        assert store.load(KEY)[1] == [] and len(store.load(KEY)[0]) == 2  # merged once at least
+        assert sorted(p.name for p in (tmp_path / KEY).iterdir()) == ["base.npz", "history.lock", "recent.npz"]
+
+
+class TestClearAndSummary:
+    def test_summary_lists_each_history(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add("aa", reply(3))
+        store.add("aa", reply(4, 10))
+        store.add("bb", reply(5))
+        (a, b) = store.summary()
+        assert (a.key, a.replies, a.tokens, a.path) == ("aa", 2, 7, tmp_path / "aa")
+        assert (b.key, b.replies, b.tokens) == ("bb", 1, 5)
+        assert a.size_bytes == (tmp_path / "aa" / "recent.npz").stat().st_size and a.warnings == ()
+
+    def test_nothing_kept_is_an_empty_summary(self, tmp_path):
+        assert HistoryStore(tmp_path / "none").summary() == []
+
+    def test_a_damaged_file_shows_in_the_summary(self, tmp_path):
+        (tmp_path / "cc").mkdir()
+        (tmp_path / "cc" / "base.npz").write_bytes(b"junk")
+        (s,) = HistoryStore(tmp_path).summary()
+        assert (s.key, s.replies) == ("cc", 0) and "set aside" in s.warnings[0]
+
+    def test_clear_one_key(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add("aa", reply(3))
+        store.add("aa", reply(4, 10))
+        store.add("bb", reply(5))
+        assert store.clear("aa") == 2
+        assert [s.key for s in store.summary()] == ["bb"] and kept(store, "aa") == []
+
+    def test_clear_all_forgets_set_aside_copies_too(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add("aa", reply(MERGE_MIN_TOKENS + 1))
+        store.add("aa", reply(4, 10**6))
+        store.add("bb", reply(5))
+        (tmp_path / "bb" / "base.npz").write_bytes(b"junk")
+        store.load("bb")
+        assert store.clear() == 3
+        assert store.summary() == [] and store.clear() == 0
+        assert [sorted(p.name for p in (tmp_path / k).iterdir()) for k in ("aa", "bb")] == [["history.lock"]] * 2
+
+    def test_a_cleared_history_starts_again(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(3))
+        store.clear()
+        store.add(KEY, reply(2, 50))
+        assert kept(store) == [reply(2, 50)]
+
+
+class TestSpeed:
+    """A million tokens (half the default cap) loads in milliseconds; the bound only catches a
+    load that parses per token."""
+
+    def test_a_million_tokens_load_fast(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        rng = np.random.default_rng(0)
+        for i in range(4):  # each a merge: 250k, 500k, 750k, then 1M in base
+            store.add(KEY, rng.integers(0, 150_000, 250_000).tolist(), now=float(i))
+        store.add(KEY, rng.integers(0, 150_000, 500).tolist(), now=5.0)  # and a reply in recent
+        began = time.perf_counter()
+        segments, warnings = store.load(KEY)
+        took = time.perf_counter() - began
+        print(f"load of {sum(c.n_tokens for c in segments):,} tokens: {took * 1000:.1f} ms")
+        assert warnings == [] and segment_sizes(store) == [1_000_000, 500]
+        assert took < 1.0

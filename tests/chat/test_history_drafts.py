@@ -1,0 +1,110 @@
+"""Drafts from past replies on tiny real GGUFs: a reply is kept, a new session drafts the same
+reply from it, and the output stays the target's own."""
+
+import pytest
+
+from localspec.chat.history import HistoryStore
+from localspec.chat.session import LoadOptions, PairSpec, Session
+from localspec.core.sampling import SamplingParams
+from localspec.core.stats import RunStats
+
+GREEDY = SamplingParams(temperature=0.0)
+ASK = [{"role": "user", "content": "write the function again"}]
+
+
+def load(tiny_pair, store, draft=False, **kw):
+    opts = LoadOptions(n_ctx=512, threads=1, **kw)
+    return Session.load(PairSpec(tiny_pair[0], tiny_pair[1] if draft else None), opts, history=store)
+
+
+def reply(session, mode, n=40) -> tuple[list[int], RunStats]:
+    stats, tokens = RunStats(), []
+    for step in session.chat(ASK, GREEDY, n, mode=mode):
+        stats.add(step)
+        tokens += step.emitted
+    return tokens, stats
+
+
+class TestHistoryDrafts:
+    @pytest.mark.parametrize("mode", ["lookup", "draft"])
+    def test_a_new_session_drafts_a_regenerated_reply_from_the_history_and_stays_the_targets(
+        self, tiny_pair, tmp_path, mode
+    ):
+        store = HistoryStore(tmp_path / "history")
+        first = load(tiny_pair, store, draft=mode == "draft")
+        try:
+            ref, _ = reply(first, "none")  # the target alone's reply, now kept
+        finally:
+            first.close()
+        assert sum(s.replies for s in store.summary()) == 1
+        # lookup without adaptation: every step proposes what the suffix matches say, whatever
+        # this (busy) machine times; draft mode's copies need its adaptive gate
+        again = load(tiny_pair, store, draft=mode == "draft", adaptive=mode == "draft")
+        try:
+            got, stats = reply(again, mode)
+        finally:
+            again.close()
+        assert got == ref
+        assert stats.accepted_by_source.get("history", 0) >= len(ref) // 2
+        assert stats.tokens_per_pass > 2
+
+    def test_no_history_reads_and_writes_nothing(self, tiny_pair, tmp_path):
+        store = HistoryStore(tmp_path / "history")
+        s = load(tiny_pair, store, history=False)
+        try:
+            assert s.replies is None
+            reply(s, "lookup")
+        finally:
+            s.close()
+        assert store.summary() == [] and not any((tmp_path / "history").rglob("*.npz"))
+
+    def test_replies_of_two_tokenizers_are_kept_apart(self, tiny_pair, tmp_path):
+        store = HistoryStore(tmp_path / "history")
+        s = load(tiny_pair, store)
+        try:
+            reply(s, "none", 8)
+            key = s.replies.key
+        finally:
+            s.close()
+        assert [x.key for x in store.summary()] == [key]
+        assert store.load("0" * 16)[0] == ()
+
+
+class TestSampledHistoryDrafts:
+    def test_the_first_token_keeps_the_targets_distribution(self, tiny_pair, tmp_path, monkeypatch):
+        """A history draft is a deterministic proposal x (q one-hot): accepted with p(x), else the
+        token is drawn from p without x. The first token through Session is then distributed as
+        the target alone's p (chi-square over 600 seeds; p < 0.001 would fail)."""
+        import numpy as np
+
+        from localspec.chat.session import prompt_tokens
+        from localspec.core.sampling import process
+
+        store = HistoryStore(tmp_path / "history")
+        s = load(tiny_pair, store, adaptive=False)  # no gate: every step proposes what the history says
+        try:
+            params = SamplingParams(temperature=1.5, top_k=8)
+            ids = prompt_tokens(s.target, ASK)
+            s.reset()
+            row = np.array(s.target.sync(ids, n_logits=1)[0])
+            p_target = process(row, ids[-max(params.repeat_last_n, 1) :], params)
+            x = int(np.argsort(p_target)[-2])  # the second most likely: rejected often, not always
+            store.add(s.replies.key, ids[-16:] + [x, x, x], 0.0)
+            s.replies = type(s.replies)(store, s.replies.key)  # read the history again
+            monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)  # so x is every step's proposal
+            s._drafting.clear()
+            counts, drafted = np.zeros(s.target.n_vocab), 0
+            n = 600
+            for seed in range(n):
+                s.reset()
+                steps = list(s.chat(ASK, params.model_copy(update={"seed": seed}), 2, "lookup", repeatable=False))
+                drafted += sum(st.source == "history" for st in steps)
+                counts[steps[0].emitted[0]] += 1
+        finally:
+            s.close()
+        assert drafted == n  # the history's x was proposed every time
+        support = p_target > 0
+        assert counts[~support].sum() == 0
+        expected = p_target[support] * n
+        chi2 = float((((counts[support] - expected) ** 2) / expected).sum())
+        assert chi2 < 24.3, (chi2, counts[support], expected)  # 7 degrees of freedom: p < 0.001

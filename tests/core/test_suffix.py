@@ -1,0 +1,116 @@
+"""The suffix index: matches over past replies and the context, walks, the corpus itself."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from localspec.core.sampling import SamplingParams
+from localspec.core.suffix import (
+    SEP,
+    Corpus,
+    SuffixDrafter,
+    bucket,
+    build,
+    continuations,
+    match_corpus,
+    walk,
+    with_reply,
+)
+
+GREEDY = SamplingParams(temperature=0.0)
+replies = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), max_size=6)
+
+
+def brute_longest(reps, tail, depth):
+    """The longest suffix of ``tail`` (≤ depth) inside one reply, and where its occurrences end."""
+    best, ends = 0, []
+    flat = [int(SEP)]
+    for r in reps:
+        flat += list(r) + [int(SEP)]
+    for n in range(1, min(depth, len(tail)) + 1):
+        pat = list(tail[-n:])
+        hits = [e for e in range(n - 1, len(flat)) if flat[e - n + 1 : e + 1] == pat]
+        if hits:
+            best, ends = n, hits
+    return best, ends
+
+
+class TestMatchCorpus:
+    @settings(max_examples=300, deadline=None)
+    @given(replies, st.lists(st.integers(0, 3), min_size=1, max_size=10), st.integers(1, 8))
+    def test_finds_the_longest_suffix_match_and_all_its_occurrences(self, reps, tail, depth):
+        m = match_corpus(build(reps), np.array(tail), depth, 1000)
+        length, ends = brute_longest(reps, tail, depth)
+        assert m.length == length
+        assert list(m.ends) == ends
+
+    def test_no_match_runs_across_two_replies(self):
+        c = build([[1, 2], [3, 4]])
+        assert match_corpus(c, np.array([2, 3]), 8, 10).length == 1  # "3" alone, not "2 3"
+
+    def test_an_empty_history_matches_nothing(self):
+        assert match_corpus(build([]), np.array([1, 2]), 8, 10).length == 0
+
+
+class TestWalk:
+    def test_follows_the_majority_and_multiplies_the_shares(self):
+        follow = np.array([[5, 6, 7], [5, 6, 8], [5, 9, -1], [4, -1, -1]])
+        ids, probs = walk(follow, 3, 0.1)
+        assert ids == (5, 6, 8)  # 5: 3 of 4; 6: 2 of 3; then one each, the latest (8) wins the tie
+        assert probs == pytest.approx([0.75, 0.5, 0.25])
+
+    def test_stops_below_the_least_probability(self):
+        follow = np.array([[1, 2], [1, 3], [1, 4], [1, 5]])
+        assert walk(follow, 2, 0.3) == ((1,), (1.0,))  # 1 for sure, then a quarter each
+
+    def test_an_occurrence_that_ends_counts_against_the_path(self):
+        follow = np.array([[7, -1], [7, 2]])
+        ids, probs = walk(follow, 2, 0.1)
+        assert ids == (7, 2) and probs == pytest.approx([1.0, 0.5])
+
+    def test_continuations_stop_at_a_separator_and_at_the_end(self):
+        tokens = np.array([SEP, 1, 2, SEP, 3, 4, SEP], dtype=np.uint32)
+        out = continuations(tokens, np.array([1, 4]), 4, len(tokens))
+        assert out.tolist() == [[2, -1, -1, -1], [4, -1, -1, -1]]
+
+
+class TestCorpus:
+    def test_with_reply_drops_the_least_recently_used_to_fit(self):
+        c = build([[1, 1, 1], [2, 2, 2]], used=[5.0, 1.0])
+        c = with_reply(c, [3, 3, 3], now=9.0, cap_tokens=6)
+        assert [r.tolist() for r in c.replies()] == [[1, 1, 1], [3, 3, 3]]  # [2,2,2] was used longest ago
+        assert c.n_replies == 2 and c.n_tokens == 6 and c.used.tolist() == [5.0, 9.0]
+        c.check()
+
+    @pytest.mark.parametrize(
+        "damage",
+        [
+            lambda c: Corpus(c.tokens[:-1], c.starts, c.used, c.rsa[:-1]),  # no closing separator
+            lambda c: Corpus(c.tokens, c.starts, c.used[:1], c.rsa),  # a use time missing
+            lambda c: Corpus(c.tokens, c.starts, c.used, c.rsa + 100),  # suffixes past the end
+            lambda c: Corpus(c.tokens.astype(np.int64), c.starts, c.used, c.rsa),  # foreign dtype
+        ],
+    )
+    def test_check_refuses_a_damaged_corpus(self, damage):
+        c = build([[1, 2], [3]], used=[0.0, 1.0])
+        c.check()
+        with pytest.raises(ValueError, match="not a history"):
+            damage(c).check()
+
+
+class TestSuffixDrafter:
+    def test_a_longer_match_in_the_history_wins_over_the_context(self):
+        history = build([[9, 1, 2, 3, 4, 5, 6]])
+        d = SuffixDrafter(lambda: (history,))
+        ctx = [1, 2, 7, 8, 1, 2, 3]  # the context has "1 2" (then 7 8), the history "1 2 3" (then 4 5 6)
+        draft = d.draft(ctx, 3, GREEDY, None)
+        assert draft.ids == (4, 5, 6) and draft.source == "history" and draft.match == ("history", 3)
+
+    def test_at_equal_length_the_context_wins(self):
+        history = build([[1, 2, 5, 5]])
+        draft = SuffixDrafter(lambda: (history,)).draft([1, 2, 7, 1, 2], 3, GREEDY, None)
+        assert draft.ids == (7, 1, 2) and draft.source == "context"
+
+    def test_buckets_group_match_lengths(self):
+        assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 24)] == [1, 2, 3, 4, 4, 4, 4]
