@@ -111,6 +111,7 @@ def _play(session, scenario, order, folder: Path, temperature, seed, say, done, 
     max_tokens = int(scenario.get("max_tokens", 200))
     histories = {m: _history(session, folder / m.replace("+", "-")) if m.endswith(HISTORY) else None for m in order}
     stats = {m: RunStats() for m in order}
+    each: dict[str, list[float]] = {m: [] for m in order}  # each reply's tok/s
     replies: dict[str, list[str]] = {m: [] for m in order}
     tokens: dict[str, list[list[int]]] = {m: [] for m in order}
     for i in range(n):
@@ -121,12 +122,14 @@ def _play(session, scenario, order, folder: Path, temperature, seed, say, done, 
             session.reset()  # every reply starts from empty caches
             params = SamplingParams(temperature=temperature, seed=seed + i)
             msgs = messages(scenario, i, replies[mode])
-            text, got = [], []
+            text, got, one = [], [], RunStats()
             base_mode = mode.removesuffix(HISTORY)
             for step in session.chat(msgs, params, max_tokens, mode=base_mode, repeatable=False):
                 stats[mode].add(step)
+                one.add(step)
                 text.append(step.text)
                 got += step.emitted
+            each[mode].append(round(one.tokens_per_second, 3))
             replies[mode].append("".join(text))
             tokens[mode].append(got)
     session.replies = None
@@ -135,7 +138,7 @@ def _play(session, scenario, order, folder: Path, temperature, seed, say, done, 
     for mode in order:
         s = stats[mode]
         same = None if ref is None or temperature > 0 else sum(a == b for a, b in zip(tokens[mode], ref))
-        out.append({"mode": mode, "stats": s.as_dict(), "identical": same, "replies": n})
+        out.append({"mode": mode, "stats": s.as_dict(), "identical": same, "replies": n, "each_tps": each[mode]})
     return out
 
 
@@ -166,7 +169,8 @@ def summary(rows: list[dict], modes: Sequence[str]) -> dict:
 
 def markdown(rep: dict) -> str:
     """The report as a table: per scenario, each mode's tok/s and speed-up over the target alone
-    (medians over repetitions), where the last mode's accepted drafts came from, and how many
+    (medians over repetitions), where a history mode's accepted drafts came from (else the last
+    mode's), and how many
     replies were the target alone's token for token (greedy)."""
     modes = rep["modes"]
     others = [m for m in modes if m != "none"]

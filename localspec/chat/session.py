@@ -33,6 +33,7 @@ from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, m
 from .replies import PastReplies, tokenizer_key
 
 Mode = Literal["draft", "mtp", "lookup", "none"]
+COPIES = ("context", "history")  # where a copy's tokens come from (core.suffix), not a drafter's own
 
 
 class IncompatiblePair(Exception):
@@ -430,6 +431,8 @@ class Session:
         u = self._use.setdefault(self._drafting_key(mode), Use())
         u.tokens += len(step.emitted)
         u.seconds += step.step_seconds
+        if step.source in COPIES:  # a copy's verdict is its gate's, not the drafter's acceptance (the prior)
+            return
         u.drafted += len(step.drafted)
         u.accepted += step.n_accepted
         u.rejected += step.n_accepted < len(step.drafted)

@@ -29,6 +29,7 @@ class TestRunRepeated:
     def test_every_mode_plays_every_scenario_and_greedy_replies_stay_the_targets(self, session):
         rep = repeated.run_repeated(session, SUITE, ["none", "lookup", "lookup+history"], repeats=2)
         assert len(rep["rows"]) == 3 * 3 * 2
+        assert all(len(r["each_tps"]) == r["replies"] and min(r["each_tps"]) > 0 for r in rep["rows"])
         for row in rep["rows"]:
             if row["mode"] != "none":
                 assert row["identical"] == row["replies"]

@@ -108,3 +108,23 @@ class TestSampledHistoryDrafts:
         expected = p_target[support] * n
         chi2 = float((((counts[support] - expected) ** 2) / expected).sum())
         assert chi2 < 24.3, (chi2, counts[support], expected)  # 7 degrees of freedom: p < 0.001
+
+
+class TestProfileUse:
+    def test_copies_from_the_history_do_not_count_as_the_draft_models_acceptance(self, tiny_pair, tmp_path):
+        """The pair's prior is what its draft model was accepted at: a regenerate's copies,
+        accepted whole, must not make a draft that cannot pay look as if it could."""
+        from localspec.core.engine import Step
+        from localspec.models.profiles import Use
+
+        s = load(tiny_pair, HistoryStore(tmp_path / "history"), draft=True)
+        try:
+            fields = dict(drafted=(1, 2, 3), n_accepted=3, token=4, emitted=(1, 2, 3, 4), text="", k=3)
+            times = dict(predicted_speedup=1.0, prefill_seconds=0.0, draft_seconds=0.0, verify_seconds=0.1)
+            for source in ("history", "context", "draft"):
+                s._count("draft", Step(**fields, **times, step_seconds=0.1, source=source))
+            use = s._use[s._drafting_key("draft")]
+        finally:
+            s.close()
+        assert isinstance(use, Use) and use.tokens == 12
+        assert (use.drafted, use.accepted, use.rejected) == (3, 3, 0)  # the draft model's step alone
