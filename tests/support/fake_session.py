@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localspec.chat.replies import PastReplies
 from localspec.chat.session import PairSpec
 from localspec.core.engine import Step
 from localspec.core.explain import DraftingState
@@ -38,7 +39,7 @@ class FakeSession:
     offload: OffloadPlan | None = field(default_factory=lambda: cpu_plan(None, None, CPU_BUILD, has_draft=True))
     gate: threading.Event | None = None  # when set: each step after the first waits for it
     opens_thinking: bool = False  # the chat template opens the <think> block (Session.opens_thinking)
-    replies: object = None  # Session.replies: no history kept
+    replies: PastReplies | None = None  # Session.replies: no history kept
     # what drafting_state says after the n-th step of a reply (the last one from then on;
     # before any step, the first); mode "none" always says OFF_NONE
     drafting: list[DraftingState] = field(default_factory=lambda: [ON_K4])
