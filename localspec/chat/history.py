@@ -314,19 +314,14 @@ def find(corpus: Corpus, reply: np.ndarray) -> int | None:
 
 def merged(base: Corpus, recent: Corpus, cap_tokens: int) -> Corpus:
     """One corpus of both segments' replies, oldest first, each once (at its latest use), the
-    least recently used dropped until the tokens fit ``cap_tokens`` (``suffix.with_reply``'s rule)."""
+    least recently used dropped until the tokens fit ``cap_tokens`` (``suffix.most_recent``)."""
     latest: dict[bytes, tuple[np.ndarray, float]] = {}
     for corpus in (base, recent):
         for reply, used in zip(corpus.replies(), corpus.used):
             seen = latest.get(reply.tobytes())
             if seen is None or used > seen[1]:
                 latest[reply.tobytes()] = (reply, float(used))
-    replies = [r for r, _ in latest.values()]
-    used = np.array([u for _, u in latest.values()], dtype=np.float64)
-    order = np.argsort(-used, kind="stable")  # most recent first
-    fits = np.cumsum([len(replies[i]) for i in order]) <= cap_tokens
-    keep = np.sort(order[: int(np.argmin(fits)) if not fits.all() else len(order)])
-    return suffix.build([replies[i] for i in keep], used[keep].tolist())
+    return suffix.most_recent([r for r, _ in latest.values()], [u for _, u in latest.values()], cap_tokens)
 
 
 def _kept(segments: Sequence[Corpus]) -> tuple[Corpus, ...]:

@@ -104,18 +104,16 @@ def build(replies: Sequence[Sequence[int] | np.ndarray], used: Sequence[float] |
 
 
 def with_reply(corpus: Corpus, reply: Sequence[int], now: float, cap_tokens: int) -> Corpus:
-    """``corpus`` with ``reply`` added (used ``now``), the least recently used replies dropped
-    until the tokens fit ``cap_tokens``."""
-    replies = [*corpus.replies(), np.asarray(reply, dtype=np.uint32)]
-    used = [*corpus.used, now]
-    order = np.argsort(-np.asarray(used), kind="stable")  # most recent first
-    keep, total = [], 0
-    for i in order:
-        total += len(replies[i])
-        if total > cap_tokens:
-            break
-        keep.append(int(i))
-    keep.sort()
+    """``corpus`` with ``reply`` added (used ``now``), within ``cap_tokens`` (``most_recent``)."""
+    return most_recent([*corpus.replies(), np.asarray(reply, dtype=np.uint32)], [*corpus.used, now], cap_tokens)
+
+
+def most_recent(replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int) -> Corpus:
+    """The corpus of the most recently used ``replies`` whose tokens together fit ``cap_tokens``
+    (the least recently used dropped first), kept in their order."""
+    order = np.argsort(-np.asarray(used, dtype=np.float64), kind="stable")  # most recent first
+    fits = np.cumsum([len(replies[i]) for i in order]) <= cap_tokens
+    keep = np.sort(order[: int(np.argmin(fits)) if not fits.all() else len(order)])
     return build([replies[i] for i in keep], [used[i] for i in keep])
 
 
