@@ -13,7 +13,11 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", help="target GGUF: open a chat with this pair directly")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--draft", help="draft GGUF for --target")
-    group.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
+    group.add_argument(
+        "--lookup",
+        action="store_true",
+        help="drafts from suffix matches over the context and past replies (prompt lookup), no draft model",
+    )
     group.add_argument(
         "--mtp", action="store_true", help="draft with the target's own MTP layers (automatic when it has them)"
     )

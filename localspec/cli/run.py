@@ -59,7 +59,11 @@ def add_model_options(p: argparse.ArgumentParser, exclusive: bool = True, target
         action="store_true",
         help="draft with the target's own MTP layers (the default when its GGUF has them and no mode is given)",
     )
-    mode.add_argument("--lookup", action="store_true", help="prompt-lookup drafting, no draft model")
+    mode.add_argument(
+        "--lookup",
+        action="store_true",
+        help="drafts from suffix matches over the context and past replies (prompt lookup), no draft model",
+    )
     mode.add_argument("--no-draft", action="store_true", help="the target alone (baseline)")
     for group in LOAD_GROUPS:
         flags.add_flags(p, group)

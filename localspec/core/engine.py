@@ -71,7 +71,7 @@ class SpeculativeEngine:
         controller: Controller | None = None,
         copiers: Sequence[Drafter] = (),
     ) -> None:
-        """``copiers``: drafters whose proposals cost no pass (prompt lookup), asked every step
+        """``copiers``: drafters whose proposals cost no pass (suffix matches), asked every step
         beside ``drafter``; the controller picks which proposal a step verifies."""
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()

@@ -36,7 +36,7 @@ class ModeContext:
     costs: CostModel  # the pair's, measured at load: one verify curve for every mode of a target
     draft_max: int = 16  # the longest draft
     adaptive: bool = True  # False: every step drafts draft_max tokens (--no-adapt)
-    copy: bool = True  # draft mode may copy trusted prompt-lookup matches instead of drafting
+    copy: bool = True  # draft mode may copy trusted suffix matches (context, past replies) instead of drafting
     banned: frozenset[int] = frozenset()  # ids the draft must never propose (compat)
     prior: float | None = None  # the acceptance prior: what the pair's profile counted (else policy.prior_alpha)
     policy: Policy = DEFAULT  # every tunable of the draft-length decision
@@ -134,7 +134,7 @@ def target_alone(ctx: ModeContext) -> Drafting:
 
 
 def draft_model(ctx: ModeContext) -> Drafting:
-    """The "draft" mode: the draft model, which copies a prompt-lookup match instead when the match has
+    """The "draft" mode: the draft model, which copies a suffix match instead when the match has
     earned it (adaptive, with ``copy``). With --no-adapt the draft length is the user's: p_min
     alone stops a draft, no marginal rule."""
     draft = ctx.draft

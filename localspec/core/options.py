@@ -138,11 +138,15 @@ with warnings.catch_warnings():
             "marginal rule decides from measured costs (llama.cpp uses 0.75).",
         )
         copy: Annotated[
-            bool, Flag("--no-copy", help="draft mode: always run the draft model, never copy a prompt-lookup match")
+            bool,
+            Flag(
+                "--no-copy",
+                help="draft mode: always run the draft model, never copy a suffix match (context, past replies)",
+            ),
         ] = Field(  # type: ignore[assignment]  # hides BaseModel.copy, see above
             True,
-            description="Draft mode copies a prompt-lookup match that has earned trust instead of running the "
-            "draft model.",
+            description="Draft mode copies a suffix match (the context, past replies) that has earned trust "
+            "instead of running the draft model.",
         )
         history: Annotated[
             bool, Flag("--no-history", help="neither draft from past replies nor keep this one (localspec history)")

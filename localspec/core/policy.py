@@ -81,7 +81,7 @@ class Policy:
     """A proposal must promise this much over proposing nothing: the speed model leaves out a
     step's Python work and bookkeeping, a few per cent together."""
 
-    # --- copies from the context (prompt lookup) ------------------------------------------
+    # --- copies: suffix matches over the context and past replies ------------------------
     copy_prior: tuple[float, float] = (1.0, 1.0)
     """A match length not seen yet starts at alpha 0.5 with the weight of two verdicts: where a
     verify row is dear it proposes nothing until matches of the length have earned it; where a

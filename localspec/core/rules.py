@@ -1,5 +1,5 @@
 """How far one draft should go: the marginal rule (a draft model's tokens, one at a time) and
-the lookup gate (how much of a prompt-lookup match to propose). The controller picks the
+the lookup gate (how much of a suffix match to propose). The controller picks the
 step's k; these decide, token by token or match by match, what of it is worth proposing.
 """
 
