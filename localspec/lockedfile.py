@@ -90,6 +90,15 @@ def write_locked(path: Path, text: str, timeout: float | None = None) -> None:
         write_atomic(path, text)
 
 
+def file_version(path: Path) -> tuple[int, ...]:
+    """Which version of the file is there, so a reader parses it again only when it changed. Every
+    write replaces the file with a new one (``write_atomic``), so its inode changes; size and
+    modification time catch an edit in place. Only an inode reused at the same size and
+    nanosecond could pass for the old file."""
+    st = path.stat()
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _fsync_dir(folder: Path) -> None:
     """Make the rename itself durable; best effort (some filesystems refuse a directory fsync)."""
     try:

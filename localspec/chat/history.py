@@ -11,7 +11,8 @@ written.
 
 A segment is an ``.npz`` of the corpus's four arrays, the format (``FORMAT``) and the key,
 written atomically (``lockedfile``). ``add`` and ``clear`` hold ``KEY/history.lock`` from their
-read to their write and read the files afresh under it, so the app and ``localspec serve``
+read to their write and read the files as they are under it (a file another process replaced
+is parsed again, one this store read or wrote last is not), so the app and ``localspec serve``
 adding at once lose no reply; reads take no lock. A file that is damaged, not a history,
 another tokenizer's or from a newer localspec is set aside (``base.npz.bad-YYYYmmdd-HHMMSS``)
 with a warning naming it, and drafting goes on without it: nothing here raises for a file.
@@ -34,7 +35,7 @@ import numpy as np
 
 from ..core import suffix
 from ..core.suffix import Corpus
-from ..lockedfile import locked, write_atomic
+from ..lockedfile import file_version, locked, write_atomic
 from ..settings import backup_name, data_dir
 
 FORMAT = 1  # the files' layout; a file of a later one is set aside, not guessed at
@@ -77,6 +78,7 @@ class HistoryStore:
     def __init__(self, root: Path | None = None, cap_tokens: int = DEFAULT_CAP_TOKENS) -> None:
         self.root = Path(root) if root is not None else data_dir() / "history"
         self.cap_tokens = cap_tokens
+        self._read_as: dict[Path, tuple[tuple[int, ...], Corpus]] = {}  # a segment's file version and corpus
 
     def folder(self, key: str) -> Path:
         if not KEY_PATTERN.fullmatch(key):
@@ -106,12 +108,41 @@ class HistoryStore:
             except OSError as why:  # no lock to be had (a read-only folder, a stuck holder)
                 return Corpus(), f"{path}: {_problem(e)}; left as it is ({why}), drafting without it"
 
-        return _try_read(path, key, damaged)
+        return self._try_read(path, key, damaged)
 
     def _read_locked(self, folder: Path, name: str, key: str) -> tuple[Corpus, str | None]:
         """``_read``, the lock held: a damaged file is set aside."""
         path = folder / f"{name}.npz"
-        return _try_read(path, key, lambda e: (Corpus(), _set_aside(path, e)))
+        return self._try_read(path, key, lambda e: (Corpus(), _set_aside(path, e)))
+
+    def _try_read(
+        self, path: Path, key: str, damaged: Callable[[Exception], tuple[Corpus, str | None]]
+    ) -> tuple[Corpus, str | None]:
+        """A segment and no warning; a missing or unreadable file is empty with a warning, and a
+        damaged one is ``damaged``'s to deal with."""
+        try:
+            return self._segment(path, key), None
+        except OSError as e:
+            return Corpus(), _unreadable(path, e)
+        except DAMAGED as e:
+            return damaged(e)
+
+    def _segment(self, path: Path, key: str) -> Corpus:
+        """``read_segment``, parsed again only when the file is another version than the one this
+        store read or wrote last (``file_version``): a base of millions of tokens changes only
+        at a merge, so a reply kept does not read it, nor recompute what a session derives from it."""
+        try:
+            version = file_version(path)
+        except FileNotFoundError:
+            return Corpus()
+        kept = self._read_as.get(path)
+        if kept is None or kept[0] != version:
+            kept = self._read_as[path] = (version, read_segment(path, key))
+        return kept[1]
+
+    def _write(self, path: Path, key: str, corpus: Corpus) -> None:
+        write_segment(path, key, corpus)
+        self._read_as[path] = (file_version(path), corpus)
 
     def keys(self) -> list[str]:
         """Every key with a folder under the root; an OSError when the root cannot be listed."""
@@ -157,7 +188,7 @@ class HistoryStore:
                 segments, warnings = self._read_all_locked(folder, key)
                 changed = self._with_reply(segments["base"], segments["recent"], reply, now)
                 for name, corpus in changed.items():
-                    write_segment(folder / f"{name}.npz", key, corpus)
+                    self._write(folder / f"{name}.npz", key, corpus)
         except OSError as e:
             segments_now, warnings_now = self.load(key)
             return segments_now, [*warnings_now, f"{folder}: this reply was not kept ({e})"]
@@ -205,19 +236,6 @@ class HistoryStore:
 
 
 # --- the files ------------------------------------------------------------------------------
-def _try_read(
-    path: Path, key: str, damaged: Callable[[Exception], tuple[Corpus, str | None]]
-) -> tuple[Corpus, str | None]:
-    """A segment and no warning; a missing or unreadable file is empty with a warning, and a
-    damaged one is ``damaged``'s to deal with."""
-    try:
-        return read_segment(path, key), None
-    except OSError as e:
-        return Corpus(), _unreadable(path, e)
-    except DAMAGED as e:
-        return damaged(e)
-
-
 def read_segment(path: Path, key: str) -> Corpus:
     """The corpus ``path`` holds (an empty one when there is no file); ``NotAHistory`` (or
     another of ``DAMAGED``) when it is not one of ``key``'s."""

@@ -31,7 +31,7 @@ import numpy as np
 from ..core.costs import CostModel, speeds
 from ..core.estimates import prior_from
 from ..core.policy import DEFAULT as DEFAULT_POLICY
-from ..lockedfile import locked, write_atomic
+from ..lockedfile import file_version, locked, write_atomic
 
 PROFILES_FILE = "profiles.json"  # in the data dir
 ASSUMED_ALPHA = DEFAULT_POLICY.prior_alpha  # an untried pair: the controller's own prior
@@ -146,7 +146,7 @@ class ProfileStore:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.warning: str | None = None
-        # the file's version (see _version) when it was last read, and its profiles as JSON
+        # the file's version (see lockedfile.file_version) when it was last read, and its profiles as JSON
         self._read_as: tuple[tuple[int, ...], dict] | None = None
 
     def load(self) -> dict[str, Profile]:
@@ -178,7 +178,7 @@ class ProfileStore:
         """``_raw`` without the lock, parsed again only when the file is another version than the
         one read last: another process's update is seen at the next read. Only reads use what
         it keeps; an update reads the file afresh under the lock (``_load_locked``)."""
-        version = _version(self.path)
+        version = file_version(self.path)
         if self._read_as is None or self._read_as[0] != version:
             self._read_as = (version, _checked(self.path.read_text(encoding="utf-8")))
         return self._read_as[1]
@@ -283,15 +283,6 @@ def _checked(text: str) -> dict:
     for v in raw.values():
         _profile(v)
     return raw
-
-
-def _version(path: Path) -> tuple[int, ...]:
-    """Which version of the file is there. Every write replaces the file with a new one
-    (``write_atomic``), so its inode changes; size and modification time catch an edit in place.
-    An inode reused at the same size and nanosecond would only keep an older prior for a while:
-    an update never builds on what a read kept."""
-    st = path.stat()
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _verify_history(p: Profile, n: int) -> list[float]:

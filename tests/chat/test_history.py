@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from localspec.chat import history
 from localspec.chat.history import FORMAT, MERGE_MIN_TOKENS, HistoryStore
 from localspec.core import suffix
 
@@ -177,6 +178,25 @@ class TestMerge:
         assert [r.tolist() for r in base.replies()] == replies
         tail = np.array(replies[1][:50], dtype=np.uint32)
         assert suffix.match_corpus(base, tail, depth=64, max_ends=4).length == 50  # its suffix array is sound
+
+
+class TestReadsOnlyWhatChanged:
+    def test_a_reply_kept_beside_an_unchanged_base_does_not_parse_the_base_again(self, tmp_path, monkeypatch):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1), now=0.0)  # past the minimum: merged into base
+        (base,) = store.load(KEY)[0]
+        parsed: list[str] = []
+        real = history.read_segment
+        monkeypatch.setattr(history, "read_segment", lambda path, key: parsed.append(path.name) or real(path, key))
+        segments, _ = store.add(KEY, reply(3, 10**6), now=1.0)
+        assert segments[0] is base and "base.npz" not in parsed  # the same object, its offsets kept
+        assert [c.n_replies for c in store.load(KEY)[0]] == [1, 1] and parsed == []  # both as written
+
+    def test_a_file_another_store_replaced_is_read_again(self, tmp_path):
+        ours, theirs = HistoryStore(tmp_path), HistoryStore(tmp_path)
+        ours.add(KEY, reply(5), now=0.0)
+        theirs.add(KEY, reply(5, 100), now=1.0)
+        assert kept(ours) == [reply(5), reply(5, 100)]
 
 
 def valid_file(path: Path, key: str = KEY, **override) -> None:
