@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..chat.history import HistoryStore
-from ..chat.replies import PastReplies
+from ..chat.replies import PastReplies, tokenizer_key
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 
@@ -144,8 +144,6 @@ def _play(session, scenario, order, folder: Path, temperature, seed, say, done, 
 
 def _history(session, folder: Path) -> PastReplies:
     """An empty history of the session's tokenizer, kept in ``folder``."""
-    from ..chat.replies import tokenizer_key
-
     return PastReplies(HistoryStore(folder), tokenizer_key(session.target))
 
 

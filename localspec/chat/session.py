@@ -22,7 +22,7 @@ import numpy as np
 from ..core.costs import CostModel, calibrate
 from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
-from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes, prompt_lookup
+from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
 from ..core.modes import repeatable as repeatable_mode
 from ..core.options import DraftOptions, ModelOptions, clamp_threads, usable_cpus, values
 from ..core.sampling import SamplingParams
@@ -346,8 +346,7 @@ class Session:
         """Why drafting is on or off for ``mode`` now (core.explain), for the UI to show; for
         a reply with ``params`` (a seeded sampled one drafts a fixed length: ``chat``)."""
         drafting = self.drafting(mode, draft_max, seeded(params))
-        suffix = drafting.copies or self.modes[mode or self.mode].build is prompt_lookup  # drafts from suffix matches
-        kept = sum(c.n_replies for c in self._past_replies()) if suffix else 0
+        kept = sum(c.n_replies for c in self._past_replies()) if drafting.suffix else 0
         history = f"{kept} past repl{'y' if kept == 1 else 'ies'}" if kept else ""
         return explain(drafting.controller.state(), drafting.controller.costs, drafting.copies, history)
 

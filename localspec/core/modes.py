@@ -60,9 +60,10 @@ class Drafting:
 
     controller: Controller
     new_drafter: Callable[[ReplySpec], Drafter]
-    # drafters whose proposals cost no pass, asked beside new_drafter's every step (prompt
-    # lookup beside a draft model): the controller verifies one where it trusts it, whatever k
+    # drafters whose proposals cost no pass, asked beside new_drafter's every step (suffix
+    # matches beside a draft model): the controller verifies one where it trusts it, whatever k
     new_copiers: Callable[[ReplySpec], tuple[Drafter, ...]] | None = None
+    suffix: bool = False  # some of its drafts are suffix matches (so past replies count, where kept)
 
     @property
     def copies(self) -> bool:
@@ -156,7 +157,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
     def new_copiers(reply: ReplySpec) -> tuple[Drafter, ...]:
         return (SuffixDrafter(ctx.history, gate, ctx.policy),)
 
-    return Drafting(controller, new_drafter, new_copiers if gate else None)
+    return Drafting(controller, new_drafter, new_copiers if gate else None, suffix=gate is not None)
 
 
 def prompt_lookup(ctx: ModeContext) -> Drafting:
@@ -164,7 +165,7 @@ def prompt_lookup(ctx: ModeContext) -> Drafting:
     the gate (adaptive) keeps what it learnt across replies."""
     controller = controller_for(ctx, draft_cost=False, gated=True)
     gate = LookupGate(controller.costs, ctx.policy) if ctx.adaptive else None
-    return Drafting(controller, lambda reply: SuffixDrafter(ctx.history, gate, ctx.policy))
+    return Drafting(controller, lambda reply: SuffixDrafter(ctx.history, gate, ctx.policy), suffix=True)
 
 
 # the modes that draft with a model (a draft file, or the target's own MTP layers): a draft

@@ -42,8 +42,12 @@ class TestHistoryDrafts:
         again = load(tiny_pair, store, draft=mode == "draft", adaptive=mode == "draft")
         try:
             got, stats = reply(again, mode)
+            line = again.drafting_state(mode).line
+            assert "past repl" not in again.drafting_state("none").line  # the target alone reads none
         finally:
             again.close()
+        # the regenerate was the same reply: kept once
+        assert line.endswith("the context and 1 past reply") or "the context and 1 past reply still" in line
         assert got == ref
         assert stats.accepted_by_source.get("history", 0) >= len(ref) // 2
         assert stats.tokens_per_pass > 2
