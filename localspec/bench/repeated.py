@@ -29,14 +29,16 @@ from ..core.stats import RunStats
 
 HISTORY = "+history"
 KINDS = ("regenerate", "chat", "requests")
+# the built-in suites: "repeated-heldout" holds regenerates nothing was tuned on, to check a claim
+BUILTIN = ("repeated", "repeated-heldout")
 
 
 def load(name_or_path: str = "repeated") -> dict:
-    """The built-in suite by name, or a file: ``{"scenarios": [{"id", "kind", ...}, ...]}`` with
+    """A built-in suite by name (``BUILTIN``), or a file: ``{"scenarios": [{"id", "kind", ...}, ...]}`` with
     kind "regenerate" (``prompt``, ``times``), "chat" (``turns``) or "requests" (``template``
     with ``{input}``, ``inputs``, an optional ``system``); ValueError naming what is wrong."""
-    if name_or_path == "repeated":
-        text = resources.files("localspec.bench").joinpath("suites/repeated.json").read_text("utf-8")
+    if name_or_path in BUILTIN:
+        text = resources.files("localspec.bench").joinpath(f"suites/{name_or_path}.json").read_text("utf-8")
         return json.loads(text)
     try:
         suite = json.loads(Path(name_or_path).read_text("utf-8"))

@@ -116,8 +116,9 @@ def register(sub) -> None:
         const="repeated",
         default=None,
         metavar="SUITE",
-        help="play the repeated-work suite ('repeated', or a JSON file of scenarios) in order: a regenerate, "
-        "a function refined over turns, a loop of JSON extractions, a file edited again; each mode with a "
+        help="play a repeated-work suite ('repeated', 'repeated-heldout': regenerates nothing is tuned on, or a "
+        "JSON file of scenarios) in order: a regenerate, a function refined over turns, a loop of JSON "
+        "extractions, a file edited again; each mode with a "
         "history of its own that starts empty. Modes: none, the pair's own and it with '+history' "
         "(--modes to choose)",
     )

@@ -55,6 +55,10 @@ class TestLoad:
         loop = next(s for s in suite["scenarios"] if s["kind"] == "requests" and s.get("system"))
         assert len(loop["inputs"]) >= 20
 
+    def test_the_held_out_suite_is_built_in_too(self):
+        suite = repeated.load("repeated-heldout")
+        assert suite["name"] == "repeated-heldout" and {s["kind"] for s in suite["scenarios"]} == {"regenerate"}
+
     @pytest.mark.parametrize(
         "content, problem",
         [
