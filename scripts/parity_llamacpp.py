@@ -9,7 +9,9 @@ Checks, each for every N of --n:
 - ``hybrid``: a hybrid target (gated delta-net layers beside attention) and a hybrid draft (the
   target plus noise), localspec's ``ModelDrafter`` and its rollback of recurrent caches
   (``llama.recurrent``) against ``--spec-type draft-simple``; ``hybrid-ckpt`` is the same
-  with no snapshots on localspec's target, so every rollback there is from a checkpoint.
+  with no snapshots on localspec's target, so every rollback there is from a checkpoint;
+- ``gemma4``: a Gemma 4 target and its assistant (``llama.assistant``) against ``-md
+  ASSISTANT --spec-type draft-mtp``.
 
 Each step is compared at the position it starts from: the drafted tokens, how many the target
 accepted, the target's own token, and each draft pass's top 3 candidates with their p (the
@@ -43,8 +45,16 @@ Build the binary (CPU) from the llama.cpp that llama-cpp-python vendors, the sam
 
     .venv/bin/python scripts/parity_llamacpp.py --bin /tmp/lcpp-build/bin/llama-speculative-simple
 
-It exits 0 only when every compared step, the totals, the text and the prompt match; a
-mismatch names the first step that differs, with both sides' steps:
+That run also writes llama.cpp's steps to ``tests/fixtures/parity_llamacpp.json`` (with the
+llama-cpp-python version and a digest of each tiny model), and CI compares localspec with them,
+no binary needed (``tests/scripts/test_parity_fixture.py``; here: the script without ``--bin``).
+When the pinned llama-cpp-python changes, that check stops with "regenerate": build the binary
+from the new sdist as above, run the script with ``--bin``, and commit the fixture if it passes.
+``--wrong zeros|earlier|embedding`` feeds the MTP block and the assistant wrong hidden states
+on localspec's side: their checks must then fail.
+
+It exits 0 only when every compared step, the totals, the text and the prompt match (2 for a
+stale fixture); a mismatch names the first step that differs, with both sides' steps:
 
 - a different drafted token or p at a pass: the draft read something else there (a position,
   the hidden state given to an MTP entry, position 0's entry, the rows a rollback kept). The
@@ -58,6 +68,8 @@ mismatch names the first step that differs, with both sides' steps:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import json
 import re
 import subprocess
@@ -76,13 +88,18 @@ from localspec.core.drafters import ModelDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.protocol import CachedModel
 from localspec.core.sampling import SamplingParams
+from localspec.llama.assistant import AssistantModel
 from localspec.llama.backend import LlamaModel
 from localspec.llama.mtp import MtpModel
+from tests.support.gemma4_gguf import write_tiny_assistant, write_tiny_gemma4
 from tests.support.hybrid_gguf import write_tiny_qwen35
+from tests.support.states import WRONG, token_embeddings, wrong_states
 
 GREEDY = SamplingParams(temperature=0.0)
 MTP_PROMPT = "hello world def code the model is fast"
 HYBRID_PROMPT = "the model is fast and the draft is slow; def x = 1 + 2 hello world"
+GEMMA4_PROMPT = "hello world def code the model is fast"
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "parity_llamacpp.json"
 
 CANDIDATE = re.compile(rb"draft candidate\s+(\d+), pos\s+(\d+):\s+(-?\d+) \(\s*([\d.]+)\)")
 CALLED = re.compile(rb"called impl \S+, hist size = (\d+), call_count = \d+, gen = (\d+)")
@@ -275,28 +292,59 @@ def ours(target: LlamaModel, drafter: RecordingDrafter, controller: FixedControl
     return Run(tuple(steps), text, len(ids), b"".join(piece(target, t) for t in ids), prompt_ids=tuple(ids))
 
 
-def ours_mtp(path: Path, n: int, args) -> Run:
-    target = LlamaModel.load(path, n_ctx=args.ctx, threads=args.threads, snapshots=n, mtp=True)
+def ours_mtp(models: dict[str, Path], n: int, args, wrong: str | None = None) -> Run:
+    target = LlamaModel.load(models["mtp"], n_ctx=args.ctx, threads=args.threads, snapshots=n, mtp=True)
     mtp = MtpModel(target)
     try:
-        drafter = RecordingDrafter(mtp, target.n_vocab)
-        return ours(target, drafter, FixedController(CostModel(verify={1: 1.0}), n), MTP_PROMPT, args.tokens)
+        with _fed(wrong, target, models["mtp"]):
+            drafter = RecordingDrafter(mtp, target.n_vocab)
+            return ours(target, drafter, FixedController(CostModel(verify={1: 1.0}), n), MTP_PROMPT, args.tokens)
     finally:
         mtp.close()
         target.close()
 
 
-def ours_hybrid(path: Path, draft_path: Path, n: int, snapshots: int, args) -> Run:
+def ours_hybrid(models: dict[str, Path], n: int, snapshots: int, args) -> Run:
     """``snapshots`` = n: the target as a session loads it (a whole draft rolls back from the
     verify's states); 0: every rollback from a checkpoint. The draft keeps checkpoints."""
-    target = LlamaModel.load(path, n_ctx=args.ctx, threads=args.threads, snapshots=snapshots)
-    draft = LlamaModel.load(draft_path, n_ctx=args.ctx, threads=args.threads)
+    target = LlamaModel.load(models["target"], n_ctx=args.ctx, threads=args.threads, snapshots=snapshots)
+    draft = LlamaModel.load(models["draft"], n_ctx=args.ctx, threads=args.threads)
     try:
         drafter = RecordingDrafter(draft, target.n_vocab)
         return ours(target, drafter, ReplayAligned(CostModel(verify={1: 1.0}), n), HYBRID_PROMPT, args.tokens)
     finally:
         draft.close()
         target.close()
+
+
+def ours_gemma4(models: dict[str, Path], n: int, args, wrong: str | None = None) -> Run:
+    """A Gemma 4 target and its assistant: llama.cpp's ``-md ASSISTANT --spec-type draft-mtp``."""
+    target = LlamaModel.load(models["gemma4"], n_ctx=args.ctx, threads=args.threads)
+    assistant = AssistantModel(models["assistant"], target)
+    try:
+        with _fed(wrong, target, models["gemma4"]):
+            drafter = RecordingDrafter(assistant, target.n_vocab)
+            controller = FixedController(CostModel(verify={1: 1.0}), n)
+            return ours(target, drafter, controller, GEMMA4_PROMPT, args.tokens)
+    finally:
+        assistant.close()
+        target.close()
+
+
+def _fed(wrong: str | None, target: LlamaModel, path: Path) -> contextlib.AbstractContextManager:
+    """Every hidden state the drafter reads ``wrong`` (``tests.support.states.WRONG``): the
+    comparison's teeth; None: the right ones."""
+    return wrong_states(wrong, target, token_embeddings(path)) if wrong else contextlib.nullcontext()
+
+
+def ours_check(check: str, models: dict[str, Path], n: int, args, wrong: str | None = None) -> Run:
+    """localspec's side of one check (the module docstring); ``wrong`` applies to the drafters
+    that read the target's states (mtp, gemma4)."""
+    if check == "mtp":
+        return ours_mtp(models, n, args, wrong)
+    if check == "gemma4":
+        return ours_gemma4(models, n, args, wrong)
+    return ours_hybrid(models, n, n if check == "hybrid" else 0, args)
 
 
 # --- the comparison -------------------------------------------------------------------------
@@ -359,29 +407,118 @@ def write_models(d: Path) -> dict[str, Path]:
         "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=1.2),
         "target": write_tiny_qwen35(d / "target.gguf", seed=1),
         "draft": write_tiny_qwen35(d / "draft.gguf", seed=2, noise_of=1, noise=0.15),
+        # an assistant that agrees with its Gemma 4 target often, and only from its states
+        "gemma4": write_tiny_gemma4(d / "gemma4.gguf", seed=1, residual=5.0),
+        "assistant": write_tiny_assistant(d / "assistant.gguf", target_seed=1),
     }
 
 
-def run_checks(args, models: dict[str, Path], ns: Sequence[int]) -> list[tuple[Verdict, Run, Run]]:
-    return [row for n in ns for row in (_mtp_row(args, models, n), *_hybrid_rows(args, models, n))]
+# llama.cpp's runs, each the reference of the checks beside it: (spec type, target, draft, prompt)
+RUNS = {
+    "mtp": ("draft-mtp", "mtp", None, MTP_PROMPT),
+    "hybrid": ("draft-simple", "target", "draft", HYBRID_PROMPT),
+    "gemma4": ("draft-mtp", "gemma4", "assistant", GEMMA4_PROMPT),
+}
+CHECKS = {"mtp": "mtp", "hybrid": "hybrid", "hybrid-ckpt": "hybrid", "gemma4": "gemma4"}  # check: its run
 
 
-def _mtp_row(args, models: dict[str, Path], n: int) -> tuple[Verdict, Run, Run]:
-    ls = ours_mtp(models["mtp"], n, args)
-    cmd = theirs_command(args.bin, models["mtp"], None, "draft-mtp", n, args)
-    lc = theirs(cmd, MTP_PROMPT, ls.prompt_text)
-    return compare("mtp", n, lc, ls, args.tokens), lc, ls
+def run_checks(
+    args, models: dict[str, Path], ns: Sequence[int], wrong: str | None = None
+) -> list[tuple[Verdict, Run, Run]]:
+    """Every check for every N against the binary's runs (``args.bin``)."""
+    rows = []
+    for n in ns:
+        for name, (spec, target, draft, prompt) in RUNS.items():
+            mine = {check: ours_check(check, models, n, args, wrong) for check, run in CHECKS.items() if run == name}
+            cmd = theirs_command(args.bin, models[target], models[draft] if draft else None, spec, n, args)
+            lc = theirs(cmd, prompt, next(iter(mine.values())).prompt_text)
+            rows += [(compare(check, n, lc, ls, args.tokens), lc, ls) for check, ls in mine.items()]
+    return rows
 
 
-def _hybrid_rows(args, models: dict[str, Path], n: int) -> list[tuple[Verdict, Run, Run]]:
-    """One llama.cpp run against localspec's target with snapshots and without."""
-    runs = {
-        check: ours_hybrid(models["target"], models["draft"], n, snapshots, args)
-        for check, snapshots in (("hybrid", n), ("hybrid-ckpt", 0))
+# --- the fixture: llama.cpp's runs, kept in tests/ so CI compares with no binary -------------
+def write_fixture(path: Path, args, models: dict[str, Path], results: list[tuple[Verdict, Run, Run]]) -> None:
+    """llama.cpp's run per (run, N), with what they were made from: the version of the llama.cpp
+    vendored, the settings and a digest of each tiny model's tensors."""
+    import llama_cpp
+
+    runs = {f"{CHECKS[v.check]} {v.n}": run_to_json(lc) for v, lc, _ in results}
+    fixture = {
+        "llama_cpp_python": llama_cpp.__version__,
+        "settings": {"tokens": args.tokens, "ctx": args.ctx, "threads": args.threads},
+        "models": {name: tensor_digest(path) for name, path in sorted(models.items())},
+        "runs": runs,
     }
-    cmd = theirs_command(args.bin, models["target"], models["draft"], "draft-simple", n, args)
-    lc = theirs(cmd, HYBRID_PROMPT, runs["hybrid"].prompt_text)
-    return [(compare(check, n, lc, ls, args.tokens), lc, ls) for check, ls in runs.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(fixture, indent=0, separators=(",", ":")) + "\n")
+
+
+def run_to_json(run: Run) -> dict:
+    steps = [
+        [s.pos, list(s.drafted), s.n_accepted, s.token, [[list(c) for c in cs] for cs in s.candidates]]
+        for s in run.steps
+    ]
+    return {
+        "steps": steps,
+        "text": run.text.hex(),
+        "n_prompt": run.n_prompt,
+        "prompt_text": run.prompt_text.hex(),
+        "counters": run.counters,
+    }
+
+
+def run_from_json(d: dict) -> Run:
+    steps = tuple(
+        Step(
+            pos, tuple(drafted), n_accepted, token, tuple(tuple((int(t), float(q)) for t, q in cs) for cs in candidates)
+        )
+        for pos, drafted, n_accepted, token, candidates in d["steps"]
+    )
+    return Run(steps, bytes.fromhex(d["text"]), d["n_prompt"], bytes.fromhex(d["prompt_text"]), d["counters"])
+
+
+def tensor_digest(path: Path) -> str:
+    """SHA-256 of a GGUF file's tensors (names, types, shapes, bytes): what the models compute,
+    whatever version of the ``gguf`` package wrote the header."""
+    import gguf
+
+    h = hashlib.sha256()
+    for t in gguf.GGUFReader(str(path)).tensors:
+        h.update(f"{t.name}:{t.tensor_type.name}:{list(t.shape)}".encode())
+        h.update(t.data.tobytes())
+    return h.hexdigest()[:16]
+
+
+class StaleFixture(Exception):
+    """The fixture was made from another llama.cpp or other tiny models: regenerate it."""
+
+
+REGENERATE = "regenerate it with the binary built from the pinned version (this script's docstring, --fixture)"
+
+
+def check_fixture(path: Path, models: dict[str, Path], wrong: str | None = None) -> list[tuple[Verdict, Run, Run]]:
+    """localspec's steps against llama.cpp's as the fixture keeps them: no binary needed.
+    ``wrong``: feed the state-reading drafters wrong states (these checks must then fail)."""
+    import llama_cpp
+
+    fixture = json.loads(path.read_text())
+    if fixture["llama_cpp_python"] != llama_cpp.__version__:
+        raise StaleFixture(
+            f"{path} holds llama.cpp's steps from llama-cpp-python {fixture['llama_cpp_python']}, "
+            f"this is {llama_cpp.__version__}: {REGENERATE}"
+        )
+    for name, digest in fixture["models"].items():
+        if tensor_digest(models[name]) != digest:
+            raise StaleFixture(f"the tiny model {name!r} is not the one {path} was made from: {REGENERATE}")
+    args = argparse.Namespace(**fixture["settings"])
+    rows = []
+    for key, data in fixture["runs"].items():
+        name, n = key.split()
+        lc = run_from_json(data)
+        for check in (c for c, run in CHECKS.items() if run == name):
+            ls = ours_check(check, models, int(n), args, wrong)
+            rows.append((compare(check, int(n), lc, ls, args.tokens), lc, ls))
+    return rows
 
 
 def report(results: list[tuple[Verdict, Run, Run]]) -> None:
@@ -410,19 +547,35 @@ def report(results: list[tuple[Verdict, Run, Run]]) -> None:
     print(f"\nllama.cpp's own n_drafted/n_accept (with the budget-0 step; a replay counted as a draft): {counts}")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bin", required=True, type=Path, help="llama-speculative-simple")
-    p.add_argument("--n", default="1,3,5", help="draft lengths N")
-    p.add_argument("--tokens", type=int, default=64, help="tokens to generate")
+    p.add_argument("--bin", type=Path, help="llama-speculative-simple; without it, compare with the fixture")
+    p.add_argument(
+        "--fixture", type=Path, default=FIXTURE, help=f"the fixture to write (with --bin) or read (default {FIXTURE})"
+    )
+    p.add_argument("--no-write", action="store_true", help="with --bin: leave the fixture as it is")
+    p.add_argument("--n", default="1,3,5", help="draft lengths N (with --bin)")
+    p.add_argument("--tokens", type=int, default=64, help="tokens to generate (with --bin)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--ctx", type=int, default=1024)
+    p.add_argument(
+        "--wrong", choices=WRONG, help="feed the MTP block and the assistant wrong states: the checks must fail"
+    )
     p.add_argument("--json", type=Path, help="write every step of both sides here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     ns = [int(n) for n in args.n.split(",")]
     with tempfile.TemporaryDirectory(prefix="localspec-parity-") as tmp:
         models = write_models(Path(tmp))
-        results = run_checks(args, models, ns)
+        if args.bin:
+            results = run_checks(args, models, ns, args.wrong)
+            if not args.no_write and not args.wrong:
+                write_fixture(args.fixture, args, models, results)
+        else:
+            try:
+                results = check_fixture(args.fixture, models, args.wrong)
+            except StaleFixture as e:
+                print(e, file=sys.stderr)
+                return 2
     report(results)
     if args.json:
         rows = [{"verdict": asdict(v), "llama.cpp": asdict(lc), "localspec": asdict(ls)} for v, lc, ls in results]

@@ -4,6 +4,8 @@ at a position through ``HiddenStates.row``, which ``feed_wrong`` replaces."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,23 @@ WRONG = ("zeros", "earlier", "embedding")
 def feed_wrong(monkeypatch, how: str, target, embeddings: np.ndarray) -> None:
     """From now on every state of ``target`` that a drafter reads is ``how`` wrong (``WRONG``);
     ``embeddings``: the target's token embeddings, scaled to the state's norm when fed."""
+    monkeypatch.setattr(HiddenStates, "row", _wrong_row(HiddenStates.row, how, target, embeddings))
+
+
+@contextmanager
+def wrong_states(how: str, target, embeddings: np.ndarray) -> Iterator[None]:
+    """``feed_wrong`` for the length of a ``with`` block, where no pytest fixture is at hand."""
     real = HiddenStates.row
+    HiddenStates.row = _wrong_row(real, how, target, embeddings)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        HiddenStates.row = real  # type: ignore[method-assign]
+
+
+def _wrong_row(real: Callable, how: str, target, embeddings: np.ndarray) -> Callable:
+    if how not in WRONG:
+        raise ValueError(f"unknown wrong state {how!r}: one of {', '.join(WRONG)}")
 
     def row(self, pos: int, n_cached: int) -> np.ndarray | None:
         h = real(self, pos, n_cached)
@@ -32,7 +50,7 @@ def feed_wrong(monkeypatch, how: str, target, embeddings: np.ndarray) -> None:
         e = embeddings[target.cached[pos]]
         return (e * (np.linalg.norm(h) / np.linalg.norm(e))).astype(np.float32)
 
-    monkeypatch.setattr(HiddenStates, "row", row)
+    return row
 
 
 def token_embeddings(path: Path | str) -> np.ndarray:
