@@ -4,7 +4,7 @@ A recurrent state cannot drop a tail as a KV cache does (``localspec/llama/recur
 times one rejection of a whole draft the three ways a rollback can go, at each context length:
 
 - ``snapshot``: llama.cpp's ``n_rs_seq`` states of the verify, what the engine uses for drafts
-  up to the target's snapshots (``--draft-max``);
+  up to the target's snapshots (``memory.snapshots_for``);
 - ``checkpoint``: a state copy before the verify, restored after it (drafts past the snapshots,
   and every draft model's passes);
 - ``prefill``: what localspec did before: clear the cache and evaluate every kept token again.

@@ -33,11 +33,16 @@ F16_BYTES = 2  # llama.cpp's default K and V type (type_k, type_v), which locals
 F32_BYTES = 4  # a recurrent state's type, and a hidden state's
 
 # Tuning choice: llama.cpp keeps n_rs_seq copies of a hybrid model's recurrent state so that a
-# verify rolls back for free (llama/recurrent.py); each copy is the whole state (about 20 MB
-# for Qwen3.5-0.8B's shape, 157 MB for a 27B). At most this much memory goes to them; a verify
-# longer than the copies rolls back from a checkpoint instead (a state copy and the kept tokens
-# evaluated again: time, not memory). 1 GiB is --draft-max's default of 16 copies up to a
-# Qwen3.5-9B (53 MB each) and 6 for a 27B, against 17 GB of weights.
+# verify rolls back for free (llama/recurrent.py). Each copy is the whole state (about 20 MB for
+# Qwen3.5-0.8B's shape, 157 MB for a 27B) and every evaluation, a single token's too, writes
+# n_rs_seq + 1 convolution states per delta-net layer. A verify longer than the copies takes a
+# checkpoint first (a host copy of the state); only a rejection that drops more tokens than
+# there are copies pays more: about one T(1), to evaluate the kept tokens again. SNAPSHOTS
+# copies at most: in the adaptive controller's replays 98.5 % of the rejected verifies drop at
+# most 8 tokens, and 8 cost a single-token step within 2 % of none, where 16 cost 2-4 %
+# (scripts/snapshot_cost.py, docs/benchmarks.md). SNAPSHOT_BUDGET bounds their memory: 8 up to
+# a Qwen3.5-9B (53 MB each), 6 for a 27B beside its 17 GB of weights.
+SNAPSHOTS = 8
 SNAPSHOT_BUDGET = 1 << 30
 # recurrent.Rollback.save keeps the latest lasting checkpoint (a reply's prompt) and the latest
 # other one (a verify's or a draft model's step), each a whole copy of the recurrent state
@@ -154,8 +159,10 @@ def recurrent_state_bytes(meta: dict, arch: str) -> int:
 
 def snapshots_for(state_bytes: int, draft_max: int) -> int:
     """How many recurrent-state copies a target keeps (llama.cpp's n_rs_seq): one per token of
-    the longest draft, within SNAPSHOT_BUDGET; any number where there is no recurrent state."""
-    return draft_max if state_bytes <= 0 else max(0, min(draft_max, SNAPSHOT_BUDGET // state_bytes))
+    the longest draft, at most SNAPSHOTS and within SNAPSHOT_BUDGET (any state size where the
+    header gives none; llama.cpp keeps none for an architecture without rollback)."""
+    count = min(draft_max, SNAPSHOTS)
+    return count if state_bytes <= 0 else max(0, min(count, SNAPSHOT_BUDGET // state_bytes))
 
 
 def checkpoint_bytes(state_bytes: int) -> int:

@@ -26,6 +26,9 @@ from localspec.llama.memory import (
     recurrent_state_bytes,
     snapshots_for,
 )
+from localspec.llama.memory import (
+    SNAPSHOTS as MOST_SNAPSHOTS,
+)
 from localspec.llama.mtp import MtpModel
 from localspec.llama.preflight import check_model_files
 from localspec.units import MiB
@@ -95,9 +98,10 @@ class TestKvCache:
 
 
 class TestRecurrentState:
-    def test_snapshots_stay_within_their_budget(self):
-        assert snapshots_for(0, 16) == 16  # no recurrent state: nothing to budget
-        assert snapshots_for(20 * 2**20, 16) == 16  # a Qwen3.5-0.8B: every draft length covered
+    def test_snapshots_stay_within_their_count_and_budget(self):
+        assert snapshots_for(0, 16) == MOST_SNAPSHOTS == 8  # no recurrent state: nothing to budget
+        assert snapshots_for(20 * 2**20, 16) == 8  # a Qwen3.5-0.8B: the count, not --draft-max
+        assert snapshots_for(20 * 2**20, 5) == 5  # ... nor more than the longest draft
         assert snapshots_for(150 * 2**20, 16) == SNAPSHOT_BUDGET // (150 * 2**20) == 6  # a 27B
         assert snapshots_for(2 * SNAPSHOT_BUDGET, 16) == 0  # then every rollback is a checkpoint's
 
@@ -158,15 +162,16 @@ class TestCounted:
     def test_the_snapshots_and_checkpoints(self, files):
         hybrid, meta = files["hybrid"], meta_of(files["hybrid"])
         kv = kv_bytes_per_token(*meta) * N_CTX
+        kept = 1 + MOST_SNAPSHOTS  # at --draft-max 16
         target, draft = check_model_files([hybrid, hybrid], N_CTX, available_bytes=10**12, draft_max=SNAPSHOTS)
-        assert target.kv_bytes == kv + 17 * STATE  # the state and a snapshot per draft token
+        assert target.kv_bytes == kv + kept * STATE  # the state and its snapshots (memory.SNAPSHOTS of them)
         assert draft.kv_bytes == kv + STATE  # a draft model keeps no snapshots
         size = hybrid.stat().st_size
         # checkpoints stay on the host, however many layers are offloaded
-        assert target.memory_bytes == int((size + kv + 17 * STATE) * 1.1) + 2 * STATE
+        assert target.memory_bytes == int((size + kv + kept * STATE) * 1.1) + 2 * STATE
         [offloaded] = check_model_files([hybrid], N_CTX, -1, available_bytes=10**12, draft_max=SNAPSHOTS)
         assert offloaded.memory_bytes == 2 * STATE
-        assert ggufinfo.read_model_layout(hybrid, SNAPSHOTS).state_bytes == 17 * STATE  # on the GPU with its layers
+        assert ggufinfo.read_model_layout(hybrid, SNAPSHOTS).state_bytes == kept * STATE  # on the GPU with its layers
         assert ggufinfo.read_model_layout(hybrid, 0).state_bytes == STATE
 
     def test_the_hidden_states(self, files):

@@ -9,7 +9,7 @@ import tomllib
 import pytest
 from pydantic import ValidationError
 
-from localspec.llama.memory import snapshots_for
+from localspec.llama.memory import SNAPSHOTS, snapshots_for
 from localspec.models import catalog as cat
 from localspec.settings import Settings
 
@@ -137,14 +137,14 @@ class TestMemoryFigure:
     def test_an_mtp_default_counts_the_state_and_the_hidden_states(self, user_file):
         big, small = model_table("big", mtp=True, state=100, embd=8), model_table("small", size=100, kv=2)
         figure = self.figure(user_file, big + small + pair_table("big", ["mtp", "small"]))
-        # weights and KV; the state, a snapshot per draft token, two checkpoints; 8 floats a token
-        assert figure == 1000 + 10 * 1000 + 100 * (1 + 16 + 2) + 1000 * 8 * 4
+        # weights and KV; the state, its snapshots (memory.SNAPSHOTS), two checkpoints; 8 floats a token
+        assert figure == 1000 + 10 * 1000 + 100 * (1 + SNAPSHOTS + 2) + 1000 * 8 * 4
 
     def test_a_draft_file_keeps_its_state_and_checkpoints_but_no_snapshots(self, user_file):
         big, small = model_table("big", mtp=True, state=100, embd=8), model_table("small", size=100, kv=2, state=50)
         figure = self.figure(user_file, big + small + pair_table("big", ["small", "mtp"]))
         # the target: no hidden states, the draft file drafts; the draft: its state and 2 checkpoints
-        assert figure == 1000 + 10 * 1000 + 100 * (1 + 16 + 2) + 100 + 2 * 1000 + 50 * (1 + 2)
+        assert figure == 1000 + 10 * 1000 + 100 * (1 + SNAPSHOTS + 2) + 100 + 2 * 1000 + 50 * (1 + 2)
 
     def test_an_assistant_counts_its_targets_hidden_states(self, user_file):
         target = model_table("t", arch="gemma4", embd=8)
@@ -165,7 +165,7 @@ class TestBuiltinPairs:
         assert pair.drafters == ["mtp", "qwen3.5-0.8b-q4_k_m"] and pair.default_is_mtp
         assert [d.params for d in pair.drafts] == ["0.8B"] and pair.drafts[0].family == pair.target.family
         # the default adds no file: the target alone at 4096 tokens (the default): weights, KV,
-        # the recurrent state with its snapshots (one per token of the default --draft-max of 16,
+        # the recurrent state with its snapshots (memory.snapshots_for: at most 8,
         # within the budget) and two checkpoints, and the hidden states its MTP layer reads
         t = pair.target
         state = t.state_bytes * (1 + snapshots_for(t.state_bytes, 16) + 2)
