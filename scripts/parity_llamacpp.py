@@ -401,12 +401,15 @@ def _step(s: Step | None) -> dict | None:
 
 # --- running and reporting ------------------------------------------------------------------
 def write_models(d: Path) -> dict[str, Path]:
+    """The tiny models. The fixture is checked on other CPUs, whose kernels sum in another order
+    (logits apart by ~1e-5): every run here has a top-2 logit gap of at least 4e-3 at each row
+    (the draft's seed chosen for it; tests/scripts/test_parity_fixture.py checks 1e-3)."""
     return {
         # an MTP block that agrees with its target most of the time, and only from its hidden
         # states; the target sometimes leaves its cycle, so some drafts are rejected (hybrid_gguf)
         "mtp": write_tiny_qwen35(d / "mtp.gguf", seed=1, mtp=True, residual=1.2),
         "target": write_tiny_qwen35(d / "target.gguf", seed=1),
-        "draft": write_tiny_qwen35(d / "draft.gguf", seed=2, noise_of=1, noise=0.15),
+        "draft": write_tiny_qwen35(d / "draft.gguf", seed=6, noise_of=1, noise=0.15),
         # an assistant that agrees with its Gemma 4 target often, and only from its states
         "gemma4": write_tiny_gemma4(d / "gemma4.gguf", seed=1, residual=5.0),
         "assistant": write_tiny_assistant(d / "assistant.gguf", target_seed=1),

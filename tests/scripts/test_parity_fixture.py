@@ -4,10 +4,15 @@ scripts/parity_llamacpp.py wrote from the binary built from the vendored sources
 says how to regenerate it). Per step: the drafted tokens, each draft pass's top 3 with their
 probabilities, the accepted count and the target's token; then the text and the prompt."""
 
+import argparse
 import json
 
+import numpy as np
 import pytest
 
+from localspec.llama.assistant import AssistantModel
+from localspec.llama.backend import LlamaModel
+from localspec.llama.mtp import MtpModel
 from tests.support.scripts import load_script
 from tests.support.states import WRONG
 
@@ -43,6 +48,31 @@ def test_the_runs_keep_some_drafts_and_reject_others(results):
         drafted, accepted = v.drafted[0], v.accepted[0]
         assert 0 < accepted < drafted, (v.check, v.n)
         assert v.compared >= 10, (v.check, v.n)
+
+
+def test_no_near_tie_that_another_cpu_could_break(models, monkeypatch):
+    """The fixture is checked on CPUs other than the one that wrote it, whose kernels sum in
+    another order (logits apart by ~1e-5): no row of any run may be a near-tie that could pick
+    another token there."""
+    gaps: list[float] = []
+    for cls in (LlamaModel, MtpModel, AssistantModel):
+        monkeypatch.setattr(cls, "_decode", _gaps_of(cls._decode, gaps))
+    settings = argparse.Namespace(**json.loads(parity.FIXTURE.read_text())["settings"])
+    for check in parity.CHECKS:
+        for n in (1, 3, 5):
+            parity.ours_check(check, models, n, settings)
+    assert len(gaps) > 1000 and min(gaps) >= 1e-3
+
+
+def _gaps_of(decode, gaps: list[float]):
+    def recording(self, tokens, start, n_logits):
+        rows = decode(self, tokens, start, n_logits)
+        for row in rows:
+            top2 = np.partition(np.asarray(row, dtype=np.float64), -2)[-2:]
+            gaps.append(float(top2[1] - top2[0]))
+        return rows
+
+    return recording
 
 
 @pytest.mark.parametrize("how", WRONG)
