@@ -184,11 +184,22 @@ def cmd_serve(args) -> int:
 
 def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
     """Load the pair and serve it on ``sockets`` until SIGINT or SIGTERM; then save the profile
-    and close the models (``Session.close``) once the reply still running has stopped."""
+    and close the models (``Session.close``) once the reply still running has stopped. The load,
+    every reply and the close run on one thread (``generations.llama_thread``: why)."""
+    from ..serve.generations import llama_thread
+
+    llama = llama_thread()
+    try:
+        session = llama.submit(load_session, args).result()
+        _serve_session(args, model_id, sockets, session, llama)
+    finally:
+        llama.shutdown(wait=True)
+
+
+def _serve_session(args, model_id: str, sockets: list[socket.socket], session, llama) -> None:
     from ..serve import server, serving
     from ..serve.api import Served
 
-    session = load_session(args)
     for warning in session.replies.warnings if session.replies else ():
         print(f"note: {warning}", file=sys.stderr)
     served = Served(
@@ -210,6 +221,6 @@ def serve_pair(args, model_id: str, sockets: list[socket.socket]) -> None:
     port = sockets[0].getsockname()[1]  # the one picked, with --port 0
     print(f"serving {model_id} ({session.mode}) at http://{host}:{port}/v1", file=sys.stderr)
     try:
-        serving.serve(server.make_app(session, served, config), sockets, args.log_level)
+        serving.serve(server.make_app(session, served, config, llama), sockets, args.log_level)
     finally:
-        session.close()
+        llama.submit(session.close).result()

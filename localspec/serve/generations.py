@@ -1,8 +1,16 @@
 """One generation at a time. One pair of KV caches means one reply generating: a request waits
 its turn in a bounded FIFO (``Generations.admit``: past ``--queue`` it is refused), and each reply
-runs through ``Session.chat`` on a worker thread, which hands every engine Step to the event loop
-(``ReplyChannel``) and checks between steps whether the client has gone; if so it closes the
-generator, which stops the reply at the next step and frees the turn.
+runs through ``Session.chat`` on the server's one llama.cpp thread (``llama_thread``), which hands
+every engine Step to the event loop (``ReplyChannel``) and checks between steps whether the
+client has gone; if so it closes the generator, which stops the reply at the next step and frees
+the turn.
+
+Why one thread, the load's too: ggml's CPU backend runs an evaluation in an OpenMP team of the
+calling thread, and each thread that ever evaluated keeps its team. Once libgomp manages more
+threads than there are CPUs it cuts its spin at barriers from 300,000 rounds to 100, so every
+barrier of every evaluation sleeps on a futex. A pair loaded on the main thread and replies on
+threads of their own were three threads on two CPUs: 1,400 context switches a second, about
+12 % slower decoding than ``localspec run`` (``scripts/serve_bench.py``, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from ..core.protocol import common_prefix
 from .api import ApiError, Job
@@ -65,17 +74,25 @@ class Ticket:
             self.line.admitted -= 1
 
 
-class Generations:
-    """Runs replies one at a time on a worker thread, up to ``queue`` more waiting in order."""
+def llama_thread() -> ThreadPoolExecutor:
+    """The one thread that loads the pair, generates every reply and closes it (the module
+    docstring)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="localspec-llama")
 
-    def __init__(self, session, queue: int) -> None:
+
+class Generations:
+    """Runs replies one at a time on ``llama`` (``llama_thread``), up to ``queue`` more waiting in
+    order."""
+
+    def __init__(self, session, queue: int, llama: ThreadPoolExecutor | None = None) -> None:
         self.session = session
         self.queue = queue
+        self.llama = llama or llama_thread()
         self.admitted = 0  # running + waiting
         self.served = 0
         self.cancelled = 0
         self._turn: asyncio.Lock | None = None  # made on the server's own event loop
-        self._thread: threading.Thread | None = None
+        self._reply: Future | None = None
 
     @property
     def turn(self) -> asyncio.Lock:
@@ -95,8 +112,7 @@ class Generations:
         (an ApiError otherwise, before any response is sent)."""
         await self.turn.acquire()
         run = ReplyChannel(asyncio.get_running_loop())
-        self._thread = threading.Thread(target=self._work, args=(job, run), name="localspec-reply", daemon=True)
-        self._thread.start()  # from here on the worker gives the turn back
+        self._reply = self.llama.submit(self._work, job, run)  # from here on the worker gives the turn back
         try:
             await run.next()  # None once the prompt is tokenized and checked
         except BaseException:
@@ -168,5 +184,5 @@ class Generations:
 
     def drain(self, timeout: float | None = None) -> None:
         """Wait for the worker (a reply stops at its next step once its client has gone)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._reply is not None:
+            wait([self._reply], timeout)

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,11 +106,11 @@ async def until_disconnected(request: Request, work: Awaitable):
 class Api:
     """The routes, over one session."""
 
-    def __init__(self, session, served: Served, config: ServerConfig) -> None:
+    def __init__(self, session, served: Served, config: ServerConfig, llama: ThreadPoolExecutor | None = None) -> None:
         self.session = session
         self.served = served
         self.config = config
-        self.line = Generations(session, config.queue)
+        self.line = Generations(session, config.queue, llama)
         self.started = int(time.time())
 
     def authorize(self, request: Request) -> None:
@@ -270,8 +271,12 @@ async def _on_crash(request: Request, e: Exception) -> Response:
     return error_response(internal(e))
 
 
-def make_app(session, served: Served, config: ServerConfig = ServerConfig()) -> Starlette:
-    api = Api(session, served, config)
+def make_app(
+    session, served: Served, config: ServerConfig = ServerConfig(), llama: ThreadPoolExecutor | None = None
+) -> Starlette:
+    """The app over ``session``; ``llama``: the thread that loaded it (``generations.llama_thread``),
+    where every reply runs (a new one by default)."""
+    api = Api(session, served, config, llama)
     routes = [
         Route("/health", api.health, methods=["GET"]),
         Route("/v1/models", api.models, methods=["GET"]),
