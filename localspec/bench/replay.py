@@ -32,7 +32,8 @@ import json
 import math
 import pickle
 import statistics
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -267,6 +268,9 @@ class Replay:
 
     results: dict[str, dict[str, Outcome]] = field(default_factory=dict)
     trace: list[str] = field(default_factory=list)
+    # per policy: how many tokens each verify dropped (0: all kept), which sizes the rollback a
+    # hybrid target's snapshots must cover (``llama.memory.SNAPSHOTS``)
+    dropped: dict[str, Counter[int]] = field(default_factory=dict)
 
 
 def replay(recording: dict, real_draft: CachedModel, memo: dict, options: ReplayOptions) -> Replay:
@@ -315,6 +319,8 @@ def run_policy(
                 out.trace.append(traced + (f"  {now}" if now != line else ""))
                 line = now
             stats.add(step)
+            if step.drafted:
+                out.dropped.setdefault(policy, Counter())[len(step.drafted) - step.n_accepted] += 1
             counted[0] += step.n_accepted
             counted[1] += step.n_accepted < len(step.drafted)
         outcome = Outcome(stats.tokens_per_second, stats.mean_draft_length, stats.acceptance_rate or 0.0)
@@ -427,4 +433,15 @@ def report(results: dict[str, dict[str, Outcome]], policies: list[str]) -> list[
     if "auto" in policies and fixed:
         best = [row["auto"][0] / max(row[p][0] for p in fixed) for row in results.values()]
         lines.append("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
+    return lines
+
+
+def dropped_report(dropped: dict[str, Counter[int]], beyond: Sequence[int] = (3, 4, 8, 12, 16)) -> list[str]:
+    """Per policy the share of its verifies that dropped more than n tokens, for each n: those a
+    hybrid target with n snapshots rolls back from a checkpoint."""
+    lines = []
+    for policy, counts in dropped.items():
+        n = sum(counts.values())
+        shares = " / ".join(f"{sum(c for d, c in counts.items() if d > b) / n:.1%}" for b in beyond)
+        lines.append(f"{policy}: of {n} verifies, dropping more than {' / '.join(map(str, beyond))} tokens: {shares}")
     return lines

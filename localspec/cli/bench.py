@@ -507,7 +507,11 @@ def cmd_replay(args) -> int:
     finally:
         draft.close()
     replay.write_memo(args.replay, memo)
-    for line in [*result.trace, *replay.report(result.results, list(opts.policies))]:
+    for line in [
+        *result.trace,
+        *replay.report(result.results, list(opts.policies)),
+        *replay.dropped_report(result.dropped),
+    ]:
         print(line)
     return 0
 

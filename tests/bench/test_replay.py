@@ -3,6 +3,7 @@ a virtual clock from the measured curve, with the draft's rows memoised; and ``l
 --record`` / ``--replay``, which run it."""
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -117,6 +118,12 @@ class TestReplay:
         assert none.mean_draft_length == 0 and none.acceptance == 0
         assert auto.acceptance == 1.0 and auto.tokens_per_second > none.tokens_per_second
         assert out.trace == []
+        # every verify kept every draft: none dropped a token; the target alone verified nothing
+        assert set(out.dropped) == {"auto"} and set(out.dropped["auto"]) == {0}
+
+    def test_the_verifies_dropping_more_than_n_tokens(self):
+        lines = replay.dropped_report({"auto": Counter({0: 6, 1: 2, 5: 1, 9: 1})}, beyond=(0, 4, 8, 12))
+        assert lines == ["auto: of 10 verifies, dropping more than 0 / 4 / 8 / 12 tokens: 40.0% / 20.0% / 10.0% / 0.0%"]
 
     def test_the_real_clock_comes_back_when_a_replay_fails(self):
         target_fn = hashed_logits(1, V)
@@ -235,7 +242,10 @@ class TestReplayCli:
         argv = ["bench", "--replay", str(rec), "--draft", draft, "--policies", "none,auto,fixed-k4-p0", "--cold"]
         assert main([*argv, "--max-tokens", "12"]) == 0
         first = capsys.readouterr().out.splitlines()
-        assert [line.split()[0] for line in first] == ["prompt", "p1", "p2", "median", "auto"]
+        assert [line.split()[0] for line in first[:5]] == ["prompt", "p1", "p2", "median", "auto"]
+        # then, per policy that verified drafts, how many tokens its verifies dropped
+        assert first[5:] and all(line.split(":")[0] in ("auto", "fixed-k4-p0") for line in first[5:])
+        assert "fixed-k4-p0: of " in first[-1]
         assert (tmp_path / "rec.json.memo").exists()
         assert main([*argv, "--max-tokens", "12"]) == 0
         assert capsys.readouterr().out.splitlines() == first  # greedy and modelled: the same replay
