@@ -9,8 +9,8 @@ Why one thread, the load's too: ggml's CPU backend runs an evaluation in an Open
 calling thread, and each thread that ever evaluated keeps its team. Once libgomp manages more
 threads than there are CPUs it cuts its spin at barriers from 300,000 rounds to 100, so every
 barrier of every evaluation sleeps on a futex. A pair loaded on the main thread and replies on
-threads of their own were three threads on two CPUs: 1,400 context switches a second, about
-12 % slower decoding than ``localspec run`` (``scripts/serve_bench.py``, docs/benchmarks.md).
+threads of their own were three threads on two CPUs: 1,400 context switches a second, 12-17 %
+slower decoding than ``localspec run`` and llama-server (``scripts/vs_llama_server.py``).
 """
 
 from __future__ import annotations
