@@ -507,11 +507,8 @@ def cmd_replay(args) -> int:
     finally:
         draft.close()
     replay.write_memo(args.replay, memo)
-    for line in [
-        *result.trace,
-        *replay.report(result.results, list(opts.policies)),
-        *replay.dropped_report(result.dropped),
-    ]:
+    report = replay.report(result.results, list(opts.policies)) + replay.dropped_report(result.dropped)
+    for line in [*result.trace, *report]:
         print(line)
     return 0
 
