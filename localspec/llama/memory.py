@@ -40,8 +40,8 @@ F32_BYTES = 4  # a recurrent state's type, and a hidden state's
 # there are copies pays more: about one T(1), to evaluate the kept tokens again. SNAPSHOTS
 # copies at most: in the adaptive controller's replays 1.5 % of the verifies drop more than 8
 # tokens (`localspec bench --replay` prints it), and 8 cost a single-token step within 2 % of
-# none, where 16 cost 2-4 % (scripts/snapshot_cost.py, docs/benchmarks.md). SNAPSHOT_BUDGET bounds their memory: 8 up to
-# a Qwen3.5-9B (53 MB each), 6 for a 27B beside its 17 GB of weights.
+# none, where 16 cost 2-4 % (scripts/snapshot_cost.py, docs/benchmarks.md). SNAPSHOT_BUDGET
+# bounds their memory: 8 up to a Qwen3.5-9B (53 MB each), 6 for a 27B beside 17 GB of weights.
 SNAPSHOTS = 8
 SNAPSHOT_BUDGET = 1 << 30
 # recurrent.Rollback.save keeps the latest lasting checkpoint (a reply's prompt) and the latest
