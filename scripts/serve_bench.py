@@ -79,17 +79,24 @@ def start_server(args) -> tuple[subprocess.Popen, str]:
         cmd += ["--threads", str(args.threads)]
     proc = subprocess.Popen(cmd)
     url = f"http://127.0.0.1:{port}"
+    wait_ready(proc, url)
+    return proc, url
+
+
+def wait_ready(proc: subprocess.Popen, url: str, name: str = "the server") -> None:
+    """Until ``url``'s /health answers; SystemExit naming ``name`` if ``proc`` exits first or
+    START_TIMEOUT_S pass (then it is terminated)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
+            raise SystemExit(f"{name} exited with {proc.returncode}")
         try:
             urllib.request.urlopen(url + "/health", timeout=2).read()
-            return proc, url
+            return
         except OSError:
             time.sleep(0.5)
     proc.terminate()
-    raise SystemExit(f"the server did not answer within {START_TIMEOUT_S} s")
+    raise SystemExit(f"{name} did not answer within {START_TIMEOUT_S} s")
 
 
 def ask(url: str, body: dict, api_key: str | None) -> tuple[dict, float]:

@@ -37,15 +37,15 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_bench, beside this
+from serve_bench import ask, free_port, wait_ready
 
 from localspec.bench import repeated
 
@@ -59,7 +59,6 @@ SERVERS = (
     "llama-ngram-draft",
 )
 DEFAULT_SERVERS = "localspec,localspec-draft,localspec-history,llama,llama-ngram,llama-ngram-draft"
-START_TIMEOUT_S = 600
 
 
 @dataclass
@@ -118,16 +117,6 @@ def chat_requests(scenario: dict, max_tokens: int, n: int | None = None) -> list
     return [{"messages": m, "max_tokens": limit, "temperature": 0} for m in messages[:n]]
 
 
-def ask(url: str, body: dict) -> tuple[dict, float]:
-    req = urllib.request.Request(
-        url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
-    )
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=3600) as r:
-        out = json.loads(r.read())
-    return out, time.perf_counter() - t0
-
-
 def reply_row(out: dict, wall: float) -> dict:
     t = out.get("timings", {})
     return {
@@ -145,7 +134,7 @@ def play(servers: list[Server], bodies: list[dict]) -> dict[str, list[dict]]:
         for s in servers[i % len(servers) :] + servers[: i % len(servers)]:
             s.resume()
             try:
-                out, wall = ask(s.url, body)
+                out, wall = ask(s.url, body, None)
             finally:
                 s.stop()
             rows[s.name].append(reply_row(out, wall))
@@ -195,30 +184,14 @@ def _cell(s: dict, key: str) -> str:
     return f"{s[key]:.1f}" + (f" ({ratio:.2f})" if ratio else "")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start(servers: list[Server]) -> None:
     """Start each server, wait for its health check and its warm-up reply, and stop it."""
     for s in servers:
         s.proc = subprocess.Popen(
             s.command, env={**os.environ, **s.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if s.proc.poll() is not None:
-                raise SystemExit(f"{s.name} exited with {s.proc.returncode}: {' '.join(s.command)}")
-            try:
-                urllib.request.urlopen(s.url + "/health", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"{s.name} did not answer within {START_TIMEOUT_S} s") from None
-                time.sleep(0.5)
-        ask(s.url, {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0})
+        wait_ready(s.proc, s.url, f"{s.name} ({' '.join(s.command)})")
+        ask(s.url, {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0}, None)
         s.stop()
 
 
