@@ -8,6 +8,7 @@ model's thinking (``localspec.chat.thinking``) goes to a collapsed block above i
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections import deque
@@ -87,6 +88,19 @@ class UserMessage(Static):
         super().__init__(Text(visible(text)), **kwargs)
         self.text = text
         self.message_id = message_id  # the stored message this shows
+
+
+async def stop_stream(stream: MarkdownStream) -> None:
+    """Stop a Markdown stream. Stopped before its task first ran (the reply's end came between
+    the view's mount and that run), Textual's ``stop`` raises the task's CancelledError; let out
+    of a message handler, it ends the screen's message loop and the chat hangs. So it is kept
+    in, unless this task itself is being cancelled."""
+    try:
+        await stream.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
 
 
 class ReplyView(Vertical):
@@ -204,11 +218,11 @@ class ReplyView(Vertical):
             await self.markdown.update(visible(self.text))
 
     async def finish(self, status: str, summary: str) -> None:
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
-        if self._unsent and not self.has_class("-tokens"):
-            self._unsent = ""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stop_stream(stream)
+        if not self.has_class("-tokens") and (self._unsent or self.markdown.source != visible(self.text)):
+            self._unsent = ""  # sent to no stream, or to one whose task never ran
             await self.markdown.update(visible(self.text))
         self.status = status
         self._summary = summary

@@ -14,6 +14,7 @@ from localspec.tui.widgets import (
     visible,
 )
 from tests.support.fake_session import (
+    HELLO,
     FakeSession,
 )
 from tests.support.tui import (
@@ -58,3 +59,30 @@ class TestHelpers:
         s = InspectedStep(1, 2, ("a", "b"), 2, "c")
         assert s.bonus and [m for _, m in draft_marks(s)] == ["accepted", "accepted"]
         assert not InspectedStep(2, 0, (), 0, "d").bonus  # no draft: a plain target step
+
+
+class TestStreamEnd:
+    async def test_a_reply_ended_before_its_stream_ran_is_drawn_and_the_chat_runs_on(self):
+        """The reply's end can come between its Markdown stream's start and the stream task's
+        first run (its steps all came before the view was mounted). Stopping that stream cancels
+        a task that never started, and awaiting it raises CancelledError: let out of the screen's
+        handler, it ended the screen's message loop and the chat hung. Played here without the
+        timing: a stream started and stopped at once."""
+        from textual.widgets import Markdown
+
+        session = FakeSession(list(HELLO))
+        app = make_app(session)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            view = ReplyView(status="streaming", classes="reply")
+            await app.chat_screen.chat_log.mount(view)
+            await view.finish("done", "")  # the stream on_mount started, done with
+            view.status = "streaming"
+            # on_mount again, up to the yield: a stream started (its task not run yet) and the
+            # text that came before the mount handed to it
+            view._stream = Markdown.get_stream(view.markdown)
+            view.text = "**bold** reply"
+            await view.finish("done", "2 tokens")  # raised CancelledError before the fix
+            assert view.markdown.source == "**bold** reply"  # drawn, though the stream never ran
+            await send(app, pilot, "hi")  # the app runs on
+            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
