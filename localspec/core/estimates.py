@@ -55,8 +55,8 @@ class SpeedGuard:
 
     A trial of ``policy.trial_steps`` drafting steps is judged on their sums (tokens over
     seconds, not a mean of step rates, which would undervalue a long step that yields much);
-    after it the sums fade by ``policy.guard_ema`` a step, and one slow step counts as at most
-    2x slower."""
+    after it the sums fade by 1 / (trial_steps + 1) a step (what it weighs has a trial's mean
+    age), and one slow step counts as at most 2x slower."""
 
     def __init__(self, policy: Policy = DEFAULT) -> None:
         self.policy = policy
@@ -87,7 +87,7 @@ class SpeedGuard:
         """A drafting step made ``n_tokens`` in ``seconds``; the cost model gave it ``modelled``."""
         if seconds <= 0:
             return
-        keep = 1.0 - self.policy.guard_ema if self.judged else 1.0
+        keep = 1.0 - 1.0 / (self.policy.trial_steps + 1) if self.judged else 1.0
         if self.judged and self.rate:
             seconds = min(seconds, 2.0 * n_tokens / self.rate)
         self.tokens = keep * self.tokens + n_tokens

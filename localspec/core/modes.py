@@ -143,7 +143,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
         raise ValueError("this session has no draft model")
     controller = controller_for(ctx, draft_cost=True, extend_when_sure=True)
     rule_costs = controller.costs if ctx.adaptive else None
-    # beside a draft model, copies (suffix matches) start distrusted (policy.copy_prior, below what a copy needs)
+    # beside a draft model, copies (suffix matches) start distrusted (LookupGate.prior, below what a copy needs)
     # and earn trust from being scored against what the model's steps kept, for free: a
     # trusting start copies long stretches early that get rejected, and drags the draft
     # model's own acceptance and measured speed down with them

@@ -9,7 +9,6 @@ reaches every user of a value. Each field says why it has its value.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -29,9 +28,8 @@ class Policy:
     trial_steps: int = 4
     """Drafting steps judged together (the guard's trial, a try's length): one unlucky step
     decides nothing. At a reply's start what the guard measured before weighs half a trial, so
-    a reply of new text is judged on its own steps."""
-    guard_ema: float = 0.2
-    """After its trial the guard's sums fade by this a step: it follows a change within about 5 steps."""
+    a reply of new text is judged on its own steps. After the trial the guard's sums fade by
+    1 / (trial_steps + 1) a step, so what it weighs has a trial's mean age."""
     mismatch: float = 1.1
     """The guard says no only where its steps took more than this times their modelled time:
     within it the costs held, and a slow trial was the text's acceptance, which the acceptance
@@ -82,10 +80,6 @@ class Policy:
     step's Python work and bookkeeping, a few per cent together."""
 
     # --- copies: suffix matches over the context and past replies ------------------------
-    copy_prior: tuple[float, float] = (1.0, 1.0)
-    """A match length not seen yet starts at alpha 0.5 with the weight of two verdicts: where a
-    verify row is dear it proposes nothing until matches of the length have earned it; where a
-    row is nearly free it proposes from the first match."""
     min_copy: int = 2
     """Beside a draft model a copy must be at least this long ..."""
     min_copy_alpha: float = 0.75
@@ -110,21 +104,15 @@ class Policy:
         return [f.name for f in fields(cls)]
 
     def with_setting(self, assignment: str) -> Policy:
-        """This policy with ``NAME=VALUE`` applied (``copy_prior=1,1``); an unknown name or a
+        """This policy with ``NAME=VALUE`` applied (``sure=0.9``); an unknown name or a
         value of the wrong kind is a ``ValueError`` that says what is known."""
         name, sep, text = assignment.partition("=")
         name = name.strip()
         if not sep or name not in self.names():
             raise ValueError(f"{assignment!r}: give NAME=VALUE with NAME one of: {', '.join(self.names())}")
         current = getattr(self, name)
-        value: Any
         try:
-            if isinstance(current, tuple):
-                value = tuple(float(x) for x in text.split(","))
-                if len(value) != len(current):
-                    raise ValueError
-            else:
-                value = type(current)(text)
+            value = type(current)(text)
         except ValueError:
             raise ValueError(f"{assignment!r}: {name} takes a value like {current!r}") from None
         return replace(self, **{name: value})

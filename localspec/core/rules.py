@@ -89,9 +89,12 @@ class LookupGate:
     nothing.
     """
 
-    def __init__(self, costs: CostModel, policy: Policy = DEFAULT) -> None:
+    def __init__(self, costs: CostModel, policy: Policy = DEFAULT, prior: tuple[float, float] = (1.0, 1.0)) -> None:
         self.costs, self.policy = costs, policy
-        self.prior = policy.copy_prior  # [accepted, rejected] of a match length not seen yet
+        # [accepted, rejected] of a match length not seen yet: Laplace's rule, alpha 0.5 worth
+        # two verdicts, so where a verify row is dear nothing is proposed until matches of the
+        # length have earned it, and where a row is nearly free from the first match
+        self.prior = prior
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
 
     def alpha(self, n: Hashable) -> float:

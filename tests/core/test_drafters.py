@@ -353,7 +353,7 @@ class TestCopiesBesideADraftModel:
     @staticmethod
     def lookup(prior=(3.0, 1.0)):  # unseen match lengths start at alpha 0.75
         costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        return SuffixDrafter(gate=LookupGate(costs, replace(P, copy_prior=prior)))
+        return SuffixDrafter(gate=LookupGate(costs, P, prior))
 
     @staticmethod
     def counting_model():

@@ -1,7 +1,5 @@
 """The speculative loop on scripted fakes: greedy identity, stopping, rollback, the bonus token."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -191,7 +189,7 @@ class TestAdaptive:
         costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=5.0)
         draft = FakeModel(hashed_logits(seed=4, n_vocab=V), V)
         # alpha 0.9: copied, even for the target
-        trusting = SuffixDrafter(gate=LookupGate(costs, replace(P, copy_prior=(9.0, 1.0))))
+        trusting = SuffixDrafter(gate=LookupGate(costs, P, (9.0, 1.0)))
         drafter = ModelDrafter(draft, V, costs=costs)
         got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(costs, 8), (trusting,)))
         assert got == target_only(fn)[0]

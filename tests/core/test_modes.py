@@ -15,7 +15,6 @@ from localspec.core.modes import (
     prompt_lookup,
     target_alone,
 )
-from localspec.core.policy import DEFAULT as P
 from localspec.core.suffix import SuffixDrafter
 from tests.support.fakes import FakeModel, fixed_k, hashed_logits
 
@@ -46,7 +45,7 @@ class TestBuiltinModes:
         assert drafting.copies and drafting.new_copiers is not None
         (lookup,), (again,) = drafting.new_copiers(ReplySpec()), drafting.new_copiers(ReplySpec())
         assert isinstance(lookup, SuffixDrafter) and lookup is not again
-        assert lookup.gate is again.gate and lookup.gate is not None and lookup.gate.prior == P.copy_prior
+        assert lookup.gate is again.gate and lookup.gate is not None and lookup.gate.prior == (1.0, 1.0)
 
     @pytest.mark.parametrize("adaptive, copy", [(False, True), (True, False)])
     def test_draft_mode_without_copies(self, adaptive, copy):

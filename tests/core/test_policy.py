@@ -17,10 +17,10 @@ class TestSettings:
         p = Policy()
         assert p.with_setting("opening_steps=0").opening_steps == 0
         assert p.with_setting("sure=0.9").sure == 0.9
-        assert p.with_setting("copy_prior=2,1").copy_prior == (2.0, 1.0)
+        assert p.with_setting("trial_steps=6").trial_steps == 6
         assert p.with_setting("opening_steps=0") == replace(p, opening_steps=0)
 
-    @pytest.mark.parametrize("bad", ["nope=1", "opening_steps", "opening_steps=x", "copy_prior=1", "sure=high"])
+    @pytest.mark.parametrize("bad", ["nope=1", "opening_steps", "opening_steps=x", "trial_steps=2.5", "sure=high"])
     def test_an_unknown_name_or_a_wrong_value_says_what_is_known(self, bad):
         with pytest.raises(ValueError, match="takes a value like|NAME one of"):
             Policy().with_setting(bad)
