@@ -7,13 +7,27 @@ import pytest
 pytest_plugins = ["tests.support.live_server"]
 
 
+def _isolate(monkeypatch, root: Path) -> None:
+    monkeypatch.setenv("LOCALSPEC_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(root / "data"))
+    monkeypatch.setenv("HF_HOME", str(root / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_run_dirs(tmp_path_factory):
+    """Module-scoped fixtures (a pair loaded once for a file's tests) are set up before any
+    test's own directories: they get the run's, never the user's (a loaded pair reads and
+    writes its profile in the data directory)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _isolate(monkeypatch, tmp_path_factory.mktemp("run-dirs"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path, monkeypatch):
     """No test ever touches the real config, data or hub cache directories."""
-    monkeypatch.setenv("LOCALSPEC_CONFIG_DIR", str(tmp_path / "config"))
-    monkeypatch.setenv("LOCALSPEC_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _isolate(monkeypatch, tmp_path)
 
 
 @pytest.fixture
