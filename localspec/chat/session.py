@@ -119,8 +119,8 @@ def profile_keys(spec: PairSpec, machine: str, threads: int | None, plan: Offloa
 
 
 # Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
-# interpolated, then measured when they could win (core.budget.Explorer). Sizes past 8 pay
-# only on a memory-bound target, where exploration finds them within a few dozen steps.
+# interpolated, then measured when a step verifies them. Sizes past 8 pay only on a
+# memory-bound target, where drafts the draft model is sure of run past k and reach them.
 CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
 
 

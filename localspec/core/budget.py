@@ -1,7 +1,6 @@
-"""Budgets for work a step may do beyond the best k: tries of drafting while it is off
-(``Tries``, priced by ``price_of_try``), and measurements of verify sizes the curve is unsure of
-(``Explorer``). Each earns a share of something every step and spends only what it holds, so
-the work costs at most that share."""
+"""The budget for tries of drafting while it is off (``Tries``, priced by ``price_of_try``):
+it earns a share of what drafting could win every step off and spends only what it holds, so
+tries cost at most that share."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .costs import READ_MIN, STALE_AFTER, CostModel, speeds, step_seconds
+from .costs import READ_MIN, CostModel, step_seconds
 from .estimates import SpeedGuard
 from .policy import DEFAULT, Policy
 
@@ -23,58 +22,17 @@ class Budget:
         self.share = share
         self.credit = 0.0
 
-    def earn(self, stake: float, cap: float) -> None:
-        """Earn ``share`` of ``stake`` seconds, holding at most ``cap``."""
-        self.credit = min(self.credit + self.share * max(stake, 0.0), cap)
+    def earn(self, stake: float) -> None:
+        """Earn ``share`` of ``stake`` seconds. Nothing caps the credit: a try comes when it
+        covers the price, so a long stretch off can fund a few tries in a row, and all of them
+        together still cost at most the share of what the stretch could have won."""
+        self.credit += self.share * max(stake, 0.0)
 
     def spend(self, cost: float) -> bool:
         if cost > self.credit:
             return False
         self.credit -= cost
         return True
-
-
-class Explorer:
-    """Which verify size to measure this step, if any: a larger one by padding the step's
-    verify (the padding rows are thrown away like rejected drafts), the single-token one by a
-    step without drafting. A size whose estimate is uncertain (``VerifyCurve.uncertain``) and
-    that would win were its estimate ``policy.explore_margin`` too high is measured, at most once
-    in ``policy.explore_every`` steps, from a budget of ``policy.explore_share`` of decode time."""
-
-    def __init__(self, costs: CostModel, draft_max: int, policy: Policy = DEFAULT) -> None:
-        self.costs, self.draft_max, self.policy = costs, draft_max, policy
-        self.budget = Budget(policy.explore_share)
-        self.since = 0
-
-    def size(self, k_now: int, rates: np.ndarray, alpha: float) -> int:
-        """The size n = k + 1 to measure with this step of ``k_now`` drafts (0: none)."""
-        step = step_seconds(self.costs, k_now)
-        self.since += 1
-        self.budget.earn(step, cap=step * self.policy.explore_every)
-        if self.since < self.policy.explore_every:
-            return 0
-        n = self._most_promising(k_now, step, rates, alpha)
-        if n:
-            self.since = 0
-            self.budget.spend(step if n == 1 else self.costs.T(n) - self.costs.T(k_now + 1))
-        return n
-
-    def _most_promising(self, k_now: int, step: float, rates: np.ndarray, alpha: float) -> int:
-        """The uncertain size that would beat ``k_now`` by the most were its estimate
-        ``policy.explore_margin`` too high, and that the budget affords. T(1) only once it is old: it is
-        measured whenever drafting is off, and a step without drafting is dear."""
-        ks = np.arange(self.draft_max + 1)
-        curve = self.costs.curve(self.draft_max + 1)
-        optimistic = speeds(self.costs, alpha, self.draft_max, verify_scale=1.0 - self.policy.explore_margin)
-        cost = curve[1:] - curve[k_now + 1]
-        cost[0] = step
-        verify = self.costs.verify
-        uncertain = np.array([verify.uncertain(n) for n in range(1, self.draft_max + 2)])
-        larger = (ks > k_now) | ((ks == 0) & ((verify.age(1) or 0) > STALE_AFTER))
-        could_win = uncertain & larger & (optimistic > rates[k_now]) & (cost <= self.budget.credit)
-        if not could_win.any():
-            return 0
-        return int(np.argmax(np.where(could_win, optimistic, -np.inf))) + 1
 
 
 def price_of_try(
@@ -89,14 +47,15 @@ def price_of_try(
     """What a try of ``k`` drafts is expected to lose: the draft model's catch-up on the
     ``behind()`` tokens it has not read, and its trial steps' shortfall against the target
     alone, at the learnt acceptance or, where the ``guard`` said no, at the rate and step time
-    it measured; each step at least ``policy.loss_floor`` of its time. What the guard's trial
+    it measured; each step at least ``policy.min_gain`` - 1 of its time (the step's work the
+    speed model leaves out, which a proposal must pay for too). What the guard's trial
     lost fades by ``policy.decay`` a step in the ``steps_off`` since, as every verdict does: the
     machine's load changes (a busy stretch is the usual reason for a no), so a slow trial says
     less the older it is."""
     n_behind = behind() if behind else 0
     catch_up = costs.read(n_behind) if n_behind >= READ_MIN else 0.0
     step = step_seconds(costs, k)
-    loss = step * max(1.0 - float(rates[k] / rates[0]), policy.loss_floor)
+    loss = step * max(1.0 - float(rates[k] / rates[0]), policy.min_gain - 1.0)
     if guard is not None and guard.rate is not None:
         step = max(step, guard.seconds / guard.weight)
         fade = policy.decay**steps_off
@@ -125,7 +84,7 @@ class Tries:
         """An off step: ``stake`` is what drafting could win in it at best."""
         self.steps_off += 1
         self.earning = self.budget.share * stake
-        self.budget.earn(stake, cap=max(self.earning * self.policy.banked_steps, self.price))
+        self.budget.earn(stake)
 
     def judged(self, on: bool) -> None:
         """A try's trial ended with drafting ``on`` again (the share starts over) or not (it halves)."""

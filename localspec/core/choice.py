@@ -11,12 +11,12 @@ from enum import Enum
 class Reason(Enum):
     """Why a step drafts what it does: the one decision, which ``explain`` only puts in words."""
 
-    UNMEASURED = "unmeasured"  # nothing timed yet: a moderate start (policy.unmeasured_k)
+    UNMEASURED = "unmeasured"  # nothing timed yet: drafts as a try does (policy.probe_k)
     FIXED = "fixed"  # a fixed k (--no-adapt, a seeded reply; 0: the target alone)
     ON = "on"  # the best k at the learnt acceptance, and the guard agrees
     GATED = "gated"  # k is a cap: the drafter's gate weighs each proposal (prompt lookup)
     TRY = "try"  # off, and a try's trial is under way
-    HARDWARE = "hardware"  # off: even policy.optimistic_alpha could not pay here
+    HARDWARE = "hardware"  # off: even a draft always accepted could not pay here
     ACCEPTANCE = "acceptance"  # off: at the learnt acceptance drafting does not pay
     GUARD = "guard"  # off: drafting measured slower than the target alone
 
@@ -26,15 +26,12 @@ class Choice:
     k: int
     predicted_tps: float  # expected tokens/s at this k
     baseline_tps: float  # expected tokens/s of the target alone (k = 0)
-    # > 0: pad this step's verify to this many tokens to measure T there (the padding rows are
-    # evaluated and thrown away, like rejected drafts): budget.Explorer
-    measure: int = 0
     draft_max: int = 0  # > k: a draft the drafter is sure of may run this long (rules.MarginalRule)
     reason: Reason = Reason.ON
     # the figures behind the reason
     alpha: float = math.nan  # the acceptance estimate the choice was made at
     best_k: int = 0  # the k the speed model wants (a step that measures T(1) drafts none)
-    best_speedup: float = math.nan  # expected speed-up at best_k (HARDWARE: at policy.optimistic_alpha)
+    best_speedup: float = math.nan  # expected speed-up at best_k (HARDWARE: every draft accepted)
     guard_tps: float | None = None  # GUARD: tokens/s drafting measured
     next_try_in: int | None = None  # off: steps until the next try (None: none comes)
     outpaced: bool = False  # off: the draft's catch-up grows faster than tries earn (Tries.outpaced)

@@ -9,8 +9,7 @@ each with one job:
   pair measured here before (its profile) or a reasoned default, weighted so one step cannot
   overturn it;
 - ``estimates.SpeedGuard``: drafting must also *measure* at least as fast as the target alone;
-- ``budget.Tries``: tries of drafting while it is off, within a budget, and ``budget.Explorer``,
-  which measures verify sizes the curve is unsure of;
+- ``budget.Tries``: tries of drafting while it is off, within a budget;
 - ``AdaptiveController`` puts them together; ``FixedController`` is ``--no-adapt``.
 
 Each step's decision is a ``choice.Choice`` with its ``Reason``; ``explain`` puts it in words.
@@ -26,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .budget import Explorer, Tries
+from .budget import Tries
 from .choice import Choice, Reason
 from .costs import CostModel, speeds
 from .drafters import Draft
@@ -84,7 +83,8 @@ class FixedController:
         return self.choose()
 
     def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        return pick_copy(copies, k, self.policy)
+        rates = speeds(self.costs, self.acceptance.alpha, k) if self.costs.verify else None
+        return pick_copy(copies, self.costs, rates, k, self.policy)
 
     def begin_reply(self) -> None:
         pass
@@ -119,21 +119,32 @@ def off_choice(rates: np.ndarray, alpha: float, k_model: int, guard_tps: float |
     return replace(off, reason=Reason.GUARD, best_k=k_model, guard_tps=guard_tps or 0.0) if k_model else off
 
 
-def hardware_choice(off: Choice, optimistic_rates: np.ndarray, optimistic: float) -> Choice:
-    """Off for good: even at ``optimistic`` acceptance drafting could not pay here."""
-    best = float(optimistic_rates[1:].max() / optimistic_rates[0])
-    return replace(off, reason=Reason.HARDWARE, alpha=optimistic, best_speedup=best, guard_tps=None)
+def hardware_choice(off: Choice, perfect_rates: np.ndarray) -> Choice:
+    """Off for good: even a draft the target always accepts could not pay here."""
+    best = float(perfect_rates[1:].max() / perfect_rates[0])
+    return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best, guard_tps=None)
 
 
-def pick_copy(copies: Sequence[Draft], k: int, policy: Policy) -> Draft | None:
-    """The first copy long enough and trusted enough (``policy.min_copy``; its source's
-    acceptance at least ``policy.min_copy_alpha`` in place of ``k`` > 0 model drafts, at least
-    ``policy.min_off_copy_alpha`` in place of a step of the target alone)."""
-    bar = policy.min_copy_alpha if k > 0 else policy.min_off_copy_alpha
+def pick_copy(
+    copies: Sequence[Draft], costs: CostModel, rates: np.ndarray | None, k: int, policy: Policy
+) -> Draft | None:
+    """The copy a step verifies in place of ``k`` model drafts (``rates``: ``costs.speeds`` at
+    the learnt acceptance). Beside drafts, the copy of the best expected tokens per second (at
+    its source's acceptance for it, with no draft pass) where that beats the drafts' by
+    ``policy.min_gain``; before anything is timed, the first. In place of a step of the target
+    alone (k = 0), the first whose acceptance is ``policy.min_off_copy_alpha``: a rejected copy
+    there costs its whole verify against a step that could not have gone wrong."""
+    if k == 0:
+        trusted = (c for c in copies if c.ids and c.alpha is not None and c.alpha >= policy.min_off_copy_alpha)
+        return next(trusted, None)
+    if rates is None or not costs.verify:
+        return next((c for c in copies if c.ids), None)
+    best, best_tps = None, policy.min_gain * float(rates[k])
     for copy in copies:
-        if len(copy.ids) >= policy.min_copy and copy.alpha is not None and copy.alpha >= bar:
-            return copy
-    return None
+        j = len(copy.ids)
+        if j and copy.alpha is not None and (tps := float(speeds(costs, copy.alpha, j, t_draft=0.0)[j])) > best_tps:
+            best, best_tps = copy, tps
+    return best
 
 
 class AdaptiveController:
@@ -154,7 +165,6 @@ class AdaptiveController:
         self.acceptance = Acceptance(prior, policy)
         self.guard = SpeedGuard(policy)
         self.tries = Tries(policy)
-        self.explorer = Explorer(costs, draft_max, policy)
         self.drafted = self.resumed = False  # anything verified yet; the last try found drafting pays
         # this reply's steps; whether its opening keeps drafting on; the last verify's drafts
         self._steps, self._protected, self._last_drafted = 0, False, 0
@@ -168,15 +178,15 @@ class AdaptiveController:
         return speeds(self.costs, self.alpha if alpha is None else alpha, self.draft_max)
 
     def best_case(self) -> float:
-        """Drafting's speed-up at ``policy.optimistic_alpha`` and its best k."""
-        return best_gain(self.speeds(self.policy.optimistic_alpha))
+        """Drafting's speed-up at its best k were every draft token accepted."""
+        return best_gain(self.speeds(1.0))
 
     def model_k(self, rates: np.ndarray | None = None) -> int:
         """The k the model wants (a gate's cap whenever the hardware could pay)."""
         if not self.costs.verify:
-            return min(self.policy.unmeasured_k, self.draft_max)
+            return min(self.policy.probe_k, self.draft_max)
         if self.gated:
-            return self.draft_max if self.best_case() >= self.policy.probe_gain else 0
+            return self.draft_max if self.best_case() >= self.policy.min_gain else 0
         return best_k(self.speeds() if rates is None else rates, self.policy)
 
     def on(self) -> bool:
@@ -196,7 +206,7 @@ class AdaptiveController:
     def wants_prefill(self) -> bool:
         """Whether the draft model reads the prompt up front: drafting is on, or nothing was
         drafted yet and the hardware could pay (a first try comes after the opening)."""
-        hardware = bool(self.costs.verify) and self.best_case() >= self.policy.probe_gain
+        hardware = bool(self.costs.verify) and self.best_case() >= self.policy.min_gain
         return self.on() or (not self.drafted and hardware)
 
     def choose(self, behind: Callable[[], int] | None = None) -> Choice:
@@ -206,7 +216,8 @@ class AdaptiveController:
         return self.last
 
     def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        return pick_copy(copies, k, self.policy)
+        rates = self.speeds() if self.costs.verify else None
+        return pick_copy(copies, self.costs, rates, min(k, self.draft_max), self.policy)
 
     def state(self) -> Choice:
         """The last step's choice; before any, what one would choose now (on a copy: nothing spent)."""
@@ -216,7 +227,7 @@ class AdaptiveController:
 
     def _choose(self, behind: Callable[[], int] | None) -> Choice:
         if not self.costs.verify:
-            k = min(self.policy.unmeasured_k, self.draft_max)
+            k = min(self.policy.probe_k, self.draft_max)
             return Choice(k, math.nan, math.nan, reason=Reason.UNMEASURED, best_k=k)
         rates = self.speeds()
         k = self.model_k(rates)
@@ -236,13 +247,9 @@ class AdaptiveController:
             return Choice(k, math.nan, base, reason=Reason.GATED, alpha=alpha, best_k=k, resumed=resumed)
         draft_max = self.draft_max if self.extend_when_sure else 0
         speedup = float(rates[k] / base)
-        choice = Choice(
+        return Choice(
             k, float(rates[k]), base, draft_max=draft_max, alpha=alpha, best_k=k, best_speedup=speedup, resumed=resumed
         )
-        n = self.explorer.size(k, rates, self.alpha)
-        if n == 1:  # T(1), by a step without drafting
-            return replace(choice, k=0, predicted_tps=base, draft_max=0)
-        return replace(choice, measure=n) if n else choice
 
     def _off(self, k_model: int, rates: np.ndarray, behind: Callable[[], int] | None) -> Choice:
         """Off: the model wants no drafting at the learnt acceptance, or the guard measured it
@@ -256,10 +263,10 @@ class AdaptiveController:
         if self.tries.left > 0:
             self.tries.left -= 1
             return trying
-        optimistic = self.speeds(self.policy.optimistic_alpha)
+        optimistic = self.speeds(1.0)
         best_case = best_gain(optimistic)
-        if best_case < self.policy.probe_gain:  # the hardware rules drafting out, whatever the acceptance
-            return hardware_choice(off, optimistic, self.policy.optimistic_alpha)
+        if best_case < self.policy.min_gain:  # the hardware rules drafting out, whatever the acceptance
+            return hardware_choice(off, optimistic)
         waits = self._steps <= self.policy.opening_steps and not (self._protected or self.drafted)
         k, guard = probe_k if self.gated or k_model == 0 else k_model, self.guard if k_model else None
         stake = (best_case - 1.0) * self.costs.T(1)

@@ -20,9 +20,6 @@ from here, so an estimate that is wrong is wrong everywhere: it has to be robust
 - **Sizes never measured** are linear between measured ones and, beyond the largest, follow
   the median of the measured slopes: the last two sizes may straddle a kernel's step, and that
   one slope carried on overprices every larger size.
-- **Old or thin estimates are known to be so** (``uncertain``): the controller tries such a
-  size now and then when it could win (see ``budget.Explorer``), so an estimate that is wrong
-  gets corrected by a measurement within a bounded number of steps.
 - **The machine's speed is followed as a whole** (``VerifyCurve.level``): when most recent
   verifies ran slower (or faster) than their sizes did at load, the whole curve moves, so a
   machine that slows down does not make the sizes not in use look cheap, nor the target alone
@@ -46,7 +43,6 @@ from .protocol import CachedModel
 WINDOW = 9  # samples kept per size: the median ignores up to 4 outliers, and a machine that
 #             changes speed shows after 5 samples of the new speed
 MIN_SAMPLES = 3  # fewer samples than this: the estimate is thin (calibration takes 3)
-STALE_AFTER = 96  # verifies since a size was last measured before its estimate counts as old
 LEVEL_WINDOW = 5  # recent verifies that decide the machine's speed: a change shows after 3, before
 #                   it can flip the median of a size's own samples (3 from calibration + 3)
 # ... and it moves only when that differs from the level by more than this (log; about 5 %):
@@ -72,9 +68,7 @@ class VerifyCurve:
 
     def __init__(self, points: Mapping[int, float] | None = None) -> None:
         self._samples: dict[int, deque[float]] = {}
-        self._seen: dict[int, int] = {}  # size -> observation count when last measured
         self._warmed: set[int] = set()  # sizes whose first (discarded) verify has run
-        self.n_observed = 0  # online samples so far (calibration not counted)
         # log of the machine's speed now relative to calibration; the samples are stored
         # divided by exp(level) at their time, so every size moves with the machine
         self.level = 0.0
@@ -88,11 +82,10 @@ class VerifyCurve:
 
     # --- samples ---------------------------------------------------------------------
     def add(self, n: int, seconds: float) -> None:
-        """A calibration sample: taken before any step, it ages like the load it came from."""
+        """A calibration sample, taken before any step."""
         if n < 1 or not seconds > 0:
             return
         self._samples.setdefault(n, deque(maxlen=WINDOW)).append(float(seconds))
-        self._seen.setdefault(n, 0)
         self._reference[n] = median(self._group(n))
         self._full = None
 
@@ -115,7 +108,6 @@ class VerifyCurve:
         the machine runs now (``_follow``); the sample is kept relative to that speed."""
         if n < 1 or not seconds > 0:
             return
-        self.n_observed += 1
         if n not in self._samples and n not in self._warmed:
             # the first verify of a size never seen builds its graph (on a GPU: picks its
             # kernels) and can be many times slower than the next: it warms, it is not kept
@@ -127,7 +119,6 @@ class VerifyCurve:
         samples.append(seconds / self.time_scale)
         if n not in self._reference and len(samples) >= MIN_SAMPLES:  # first met online
             self._reference[n] = median(samples)
-        self._seen[n] = self.n_observed
         self._full = None
 
     def _follow(self, ratio: float) -> None:
@@ -152,21 +143,10 @@ class VerifyCurve:
     def n_samples(self, n: int) -> int:
         return len(self._samples.get(n, ()))
 
-    def age(self, n: int) -> int | None:
-        """Verifies since size n was last measured (None: never measured)."""
-        return None if n not in self._seen else self.n_observed - self._seen[n]
-
-    def uncertain(self, n: int) -> bool:
-        """Whether T(n) rests on few samples, on none (interpolated), or on old ones."""
-        age = self.age(n)
-        return age is None or self.n_samples(n) < MIN_SAMPLES or age > STALE_AFTER
-
     def copy(self) -> VerifyCurve:
         other = VerifyCurve()
         other._samples = {n: deque(s, maxlen=WINDOW) for n, s in self._samples.items()}
-        other._seen = dict(self._seen)
         other._warmed = set(self._warmed)
-        other.n_observed = self.n_observed
         other.level = self.level
         other._reference = dict(self._reference)
         other._ratios = deque(self._ratios, maxlen=LEVEL_WINDOW)

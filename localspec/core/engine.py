@@ -55,7 +55,6 @@ class Step:
     verify_seconds: float
     step_seconds: float  # wall time of the whole step, prefill excluded
     finish: Finish | None = None
-    measured: int = 0  # > 0: the verify was padded to this many tokens to measure its cost
     source: str = ""  # where the drafts came from: "context", "history", "draft", "mtp" ("": none drafted)
 
     @property
@@ -133,13 +132,9 @@ class SpeculativeEngine:
             draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
         drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
-        # a measurement is priced on the step's k drafts (budget.Explorer): where the drafter
-        # proposed none, the step is the target's own T(1) and padding it would cost the whole
-        # T(measure) - T(1), so the size waits for a step that drafts
-        pad = _padding(context, drafted, choice.measure, room) if drafted else []
-        batch = context + list(drafted) + pad
-        prepare_rollback(self.target, len(drafted) + len(pad))
-        n_rows, known = len(drafted) + 1 + len(pad), known_prefix(self.target, context)
+        batch = context + list(drafted)
+        prepare_rollback(self.target, len(drafted))
+        n_rows, known = len(drafted) + 1, known_prefix(self.target, context)
         if picked:  # verify: the target's greedy tokens, picked where it computed the logits
             choices = self.target.sync_greedy(batch, n_rows, known)
             t2 = _costs.clock()
@@ -148,13 +143,13 @@ class SpeculativeEngine:
             rows = cast(Sequence[np.ndarray], self.target.sync(batch, n_rows, known))[: len(drafted) + 1]
             t2 = _costs.clock()
             verdict = self._accept(rows, context, drafted, draft, params, rng)
-        self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts and padding
+        self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(draft, copy, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
         # a draft model that caught up on the prompt or a stretch it did not see is not a
         # drafting step's speed, so the guard does not see it (tries pay for it: controller)
         catch_up = draft.read_seconds > 0
-        if (drafted or draft.n_evals) and not draft.copied and not catch_up and not pad:
+        if (drafted or draft.n_evals) and not draft.copied and not catch_up:
             self.controller.observe_rate(len(kept), _costs.clock() - t_start, draft.n_evals)
         emitted, finish = cut(self.target, kept, budget)
         context.extend(kept)
@@ -176,7 +171,6 @@ class SpeculativeEngine:
             verify_seconds=t2 - t1,
             step_seconds=_costs.clock() - t_start,
             finish=finish,
-            measured=len(pad) and len(drafted) + 1 + len(pad),
             source=(draft.source or self.drafter.name) if drafted else "",
         )
 
@@ -285,12 +279,3 @@ class _History:
 
     def __call__(self, i: int) -> list[int]:
         return (self.tail + self.drafted[:i])[-self.n :] if self.n else []
-
-
-def _padding(context: list[int], drafted: Sequence[int], measure: int, room: int) -> list[int]:
-    """Tokens that fill a verify of [pending, drafted] up to ``measure`` tokens (the
-    controller measuring a size, see budget.Explorer): earlier context tokens, so
-    the batch looks like any other. Causal attention keeps them from touching the rows that
-    are read; the rollback after the verify drops them."""
-    n = min(measure - 1 - len(drafted), room - len(drafted))
-    return list(context[-n:]) if n > 0 and len(context) >= n else []

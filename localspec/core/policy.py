@@ -41,52 +41,27 @@ class Policy:
     own before what a draft predicts well."""
 
     # --- tries while drafting is off -------------------------------------------------------------
-    optimistic_alpha: float = 0.95
-    """Drafting's best case: where even this acceptance cannot pay, it is never tried."""
-    probe_gain: float = 1.15
-    """... and the best case must pay by this much: a try also makes the draft model catch up on
-    every token since it last ran, which the speed model leaves out."""
     probe_k: int = 2
-    """A try's draft length where the model wants none: cheap, and it tests two tokens."""
+    """A try's draft length where the model wants none, and every step's before anything is
+    timed: cheap, and it tests two tokens."""
     first_try_share: float = 0.25
     """An off step earns tries this share of what drafting could win at best, so a cheap try
     comes within a few steps; each failed try in a row halves it ..."""
     try_share: float = 0.05
     """... down to this, so tries that keep failing cost at most this share of the best case."""
-    loss_floor: float = 0.01
-    """A trial step is priced at no less than this share of its time: a try priced at nothing
-    would be made every step."""
-    banked_steps: int = 256
-    """The try budget holds at most this many steps' earnings: no bursts of tries."""
-    unmeasured_k: int = 4
-    """The draft length before anything is timed: a moderate start."""
-
-    # --- measuring verify sizes the curve is unsure of ------------------------------------
-    explore_margin: float = 0.3
-    """A size is measured where it would win were its estimate this much too high ..."""
-    explore_every: int = 16
-    """... at most once in this many steps ..."""
-    explore_share: float = 0.01
-    """... from a budget of this share of decode time: a size believed too dear is otherwise
-    never used, so never corrected."""
-
     # --- how far one draft goes --------------------------------------------------------------
     sure: float = 0.8
     """A draft may run past k while every token's confidence is at least this: Leviathan's k
     assumes the mean acceptance, which a run of confident tokens beats. Tokens of 0.8-0.95 are
     accepted about as often as they say."""
     min_gain: float = 1.05
-    """A proposal must promise this much over proposing nothing: the speed model leaves out a
-    step's Python work and bookkeeping, a few per cent together."""
-
-    # --- copies: suffix matches over the context and past replies ------------------------
-    min_copy: int = 2
-    """Beside a draft model a copy must be at least this long ..."""
-    min_copy_alpha: float = 0.75
-    """... and its match length this trusted; shorter or shakier copies are left to the model."""
+    """A proposal must promise this much over proposing nothing (a copy: over the model's
+    drafts): the speed model leaves out a step's Python work and bookkeeping, a few per cent
+    together."""
     min_off_copy_alpha: float = 0.85
-    """In place of a step of the target alone the bar is higher: there a rejected copy costs its
-    whole verify against a step that could not have gone wrong."""
+    """A copy stands in for a step of the target alone only where matches of its kind are
+    accepted this often: there a rejected copy costs its whole verify against a step that could
+    not have gone wrong."""
 
     # --- drafts from suffix matches (the context, past replies) ----------------------------
     suffix_depth: int = 24

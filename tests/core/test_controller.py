@@ -13,7 +13,6 @@ from localspec.core.controller import (
     AdaptiveController,
     FixedController,
     Reason,
-    best_k,
 )
 from localspec.core.costs import READ_MIN, CostModel, calibrate, expected_tokens, speeds, step_seconds
 from localspec.core.drafters import ModelDrafter, NoDrafter
@@ -191,11 +190,12 @@ class TestTries:
         assert len(gaps) > 10 and gaps[0] <= 16 + P.trial_steps and max(gaps) < 40, gaps
 
     def test_where_a_draft_pass_is_dear_tries_are_far_apart(self):
-        # compute-bound, a draft pass 0.4 T(1): drafting could win 27 % at best; the first
-        # retry comes sooner (P.first_try_share), and each failure puts the next further off
+        # compute-bound, a draft pass 0.4 T(1): drafting could win 37 % at best (every draft
+        # accepted); the first retry comes sooner (P.first_try_share), and each failure puts the
+        # next further off
         q4 = {1: 1.0, 2: 1.45, 3: 1.7, 4: 1.72, 6: 2.4, 8: 2.9, 9: 3.2}
         gaps = self.tries_after_rejections(q4, 0.4)
-        assert len(gaps) >= 2 and gaps[0] >= 20 and min(gaps[1:]) >= 60 and gaps == sorted(gaps), gaps
+        assert len(gaps) >= 2 and gaps[0] >= 15 and min(gaps[1:]) >= 60 and gaps == sorted(gaps), gaps
 
     # The F16 target with the 0.5B draft on 2 Zen 4 cores (docs/benchmarks.md, 2026-12-02):
     # T(n)/T(1), a draft pass 0.26 T(1), and the draft reads a token in 0.061 T(1), which is more
@@ -240,11 +240,11 @@ class TestTries:
         assert price_of_try(c.costs, rates, k, c.guard, None, 400) == pytest.approx(floor)
 
     def test_the_countdown_counts_the_catch_up_growing_and_says_when_it_outgrows_the_budget(self):
-        # the same no on the Zen 4's costs, after two failed tries in a row (the share is
-        # P.first_try_share / 4, about 0.04 T(1) a step): each step off adds a token, 0.061 T(1),
+        # the same no on the Zen 4's costs, after three failed tries in a row (the share is
+        # P.first_try_share / 8, about 0.034 T(1) a step): each step off adds a token, 0.061 T(1),
         # to the draft's catch-up, so the budget never covers the price and no try comes
         c = self.vetoed_on_zen4()
-        c.tries.failed, c.tries.budget.share = 2, P.first_try_share / 4
+        c.tries.failed, c.tries.budget.share = 3, P.first_try_share / 8
         behind = [READ_MIN]
         waits, lines = [], []
         for _ in range(60):
@@ -504,7 +504,8 @@ class TestConvergence:
 
     def test_a_3x_calibration_spike_at_one_size_is_corrected(self, monkeypatch):
         # every calibration sample of T(4) is 3x (a systematic first-use spike): the curve
-        # says drafting 3 is expensive; exploration must find out within a bounded number of steps
+        # says drafting 3 is expensive; verifies of other sizes and drafts that run past k
+        # must find out within a bounded number of steps
         def spiked(n):
             return 3 * gpu_like(n) if n == 4 else gpu_like(n)
 
@@ -533,24 +534,6 @@ class TestConvergence:
         ctl, ks = run_timed(monkeypatch, f16_cpu, 0.9, 0.033, 400, slow_after=(60, 2.0))
         assert ctl.costs.T(1) == pytest.approx(slowed(1), rel=0.15)
         assert sum(good_enough(slowed, 0.9, 0.033, 8, k) for k in ks[-30:]) >= 27
-
-    @pytest.mark.parametrize("case", CASES)
-    def test_exploring_costs_at_most_its_budget(self, monkeypatch, case):
-        # even where sizes past the calibrated ones are costly (the compute-bound curve), the
-        # padded verifies cost at most P.explore_share of the decode time (+ a margin for the
-        # first measurement, which the budget lets through once it has been earned)
-        curve, alpha, t_draft = CASES[case]
-        run_timed(monkeypatch, curve, alpha, 0.0, 400, calibrate_sizes=(1, 2))
-        steps = run_timed.steps
-        extra = sum(curve(s.measured) - curve(len(s.drafted) + 1) for s in steps if s.measured)
-        assert extra <= (P.explore_share + 0.01) * sum(s.step_seconds for s in steps)
-
-    @pytest.mark.parametrize("case", CASES)
-    def test_exploration_is_rare(self, monkeypatch, case):
-        curve, alpha, t_draft = CASES[case]
-        run_timed(monkeypatch, curve, alpha, t_draft, 300, calibrate_sizes=(1, 2))
-        measured = [s.measured for s in run_timed.steps]
-        assert sum(m > 0 for m in measured) <= len(measured) / P.explore_every + 1
 
 
 # --- tries and the draft model's catch-up ----------------------------------------------------
@@ -588,7 +571,7 @@ class TestTriesPayForTheCatchUp:
         ctl, _, _ = self.chat(monkeypatch, draft_seed=4, replies=0)
         assert ctl.costs.draft.read(60) == pytest.approx(draft_pass(48) / 48 * 60, rel=0.01)
         assert ctl.costs.t_draft == pytest.approx(draft_pass(1))
-        assert 1.15 < ctl.best_case() < 1.3 and ctl.best_case() >= P.probe_gain  # so it tries
+        assert P.min_gain <= ctl.best_case() < 1.5, ctl.best_case()  # so it tries
 
     def test_a_draft_that_never_agrees_costs_at_most_the_budget(self, monkeypatch):
         # a draft unrelated to the target: every try fails, and pays for its catch-up
@@ -678,11 +661,12 @@ class TestGatedLookup:
     def test_where_nothing_could_pay_a_gated_controller_is_off_and_its_guard_still_works(self):
         linear = AdaptiveController(CostModel(LINEAR), 16, gated=True)
         assert linear.choose().k == 0 and not said(linear).on and said(linear).next_try_in is None
-        # nearly linear: perfect copies would gain 10 %, but not the 15 % that trying needs
-        steep = AdaptiveController(CostModel({n: 0.9 * n + 0.1 for n in range(1, 18)}), 16, gated=True)
+        # nearly linear: perfect copies would gain 3 %, not the P.min_gain any proposal needs
+        steep = AdaptiveController(CostModel({n: 0.97 * n + 0.03 for n in range(1, 18)}), 16, gated=True)
         for _ in range(100):
             steep.observe(8, 8)
-        assert best_k(steep.speeds(), P) > 0 and steep.choose().k == 0 and not said(steep).on
+        assert 1.0 < steep.best_case() < P.min_gain
+        assert steep.choose().k == 0 and not said(steep).on and steep.state().reason is Reason.HARDWARE
         ctl = AdaptiveController(CostModel({n: q4_cpu(n) for n in (1, 2, 4, 8, 16)}), 16, gated=True)
         for _ in range(P.trial_steps):
             ctl.observe_rate(1, 2 * q4_cpu(1))  # proposing steps ran at half the target's speed

@@ -9,9 +9,7 @@ from localspec.core import costs
 from localspec.core.costs import (
     DRAFT_WINDOW,
     LEVEL_WINDOW,
-    MIN_SAMPLES,
     READ_MIN,
-    STALE_AFTER,
     WINDOW,
     CostModel,
     DraftCost,
@@ -137,18 +135,9 @@ class TestVerifyCurve:
     def test_the_first_verify_of_a_new_size_only_warms_it(self):
         c = curve_of({1: [1.0] * 3})
         c.observe(6, 50.0)  # first use of the shape: graph building, kernel selection
-        assert c.n_samples(6) == 0 and c.uncertain(6)
+        assert c.n_samples(6) == 0
         c.observe(6, 1.5)
         assert c.n_samples(6) == 1 and c.T(6) == pytest.approx(1.5)
-
-    def test_uncertain_when_thin_unmeasured_or_old(self):
-        c = curve_of({1: [1.0] * MIN_SAMPLES, 2: [1.1]})
-        assert not c.uncertain(1)
-        assert c.uncertain(2)  # one sample
-        assert c.uncertain(3)  # never measured
-        for _ in range(STALE_AFTER + 1):
-            c.observe(2, 1.1)
-        assert c.uncertain(1) and not c.uncertain(2)  # size 1 is old now
 
     def test_copy_is_independent(self):
         c = curve_of({1: [1.0], 2: [1.2]})

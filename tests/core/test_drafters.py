@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from localspec.core import costs as costs_module
 from localspec.core.controller import AdaptiveController, FixedController, pick_copy
-from localspec.core.costs import CostModel
+from localspec.core.costs import CostModel, speeds
 from localspec.core.drafters import (
     Draft,
     Drafter,
@@ -344,16 +344,28 @@ class TestLookupGate:
 
 
 class TestCopiesBesideADraftModel:
-    """Beside a draft model, a copy from the context trusted enough is verified in its place
-    (``controller.pick_copy``), and every match is scored against what the step kept."""
+    """Beside a draft model, a copy from the context that promises more tokens per second is
+    verified in its place (``controller.pick_copy``), and every match is scored against what the
+    step kept."""
 
     CTX = [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 1, 2, 3]  # "1 2 3" came before, then 4 5 6 ...
     KEY = ("context", 3)  # what the gate judges a 3-token match of the context by
 
-    @staticmethod
-    def lookup(prior=(3.0, 1.0)):  # unseen match lengths start at alpha 0.75
-        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        return SuffixDrafter(gate=LookupGate(costs, P, prior))
+    COSTS = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
+
+    @classmethod
+    def lookup(cls, prior=(3.0, 1.0)):  # unseen match lengths start at alpha 0.75
+        return SuffixDrafter(gate=LookupGate(cls.COSTS, P, prior))
+
+    @classmethod
+    def fixed(cls, k: int, draft_max: int = 6) -> FixedController:
+        ctl = FixedController(cls.COSTS, k)
+        ctl.draft_max = draft_max  # a copy may run to the longest draft: it costs no pass
+        return ctl
+
+    @classmethod
+    def pick(cls, copies, alpha: float, k: int):  # beside k model drafts accepted at alpha
+        return pick_copy(copies, cls.COSTS, speeds(cls.COSTS, alpha, k), k, P)
 
     @staticmethod
     def counting_model():
@@ -371,17 +383,19 @@ class TestCopiesBesideADraftModel:
         copy = self.lookup().draft(self.CTX, 16, GREEDY, None)
         assert copy.ids[:4] == (4, 5, 6, 7) and copy.alpha == pytest.approx(0.75) and not copy.copied
         short, sure = replace(copy, ids=copy.ids[:1]), replace(copy, alpha=0.9)
-        assert pick_copy([copy], 0, P) is None  # 0.75: enough beside the model, not in place of the target
-        assert pick_copy([sure], 0, P) is sure
-        assert pick_copy([short], 2, P) is None  # shorter than policy.min_copy
-        assert pick_copy([copy], 2, P) is copy
+        # beside 2 drafts of a model accepted at 0.9, the longer copy makes more a second (no pass)
+        assert self.pick([short, copy], 0.9, 2) is copy
+        assert self.pick([short], 0.9, 2) is None
+        assert self.pick([short], 0.5, 2) is short  # beside a worse draft it wins
+        # in place of the target alone: only a copy of a kind accepted at P.min_off_copy_alpha
+        assert self.pick([copy], 0.75, 0) is None and self.pick([copy, sure], 0.75, 0) is sure
 
     def test_an_unused_match_is_scored_against_what_the_step_kept(self):
         d = self.lookup()
         for _ in range(20):  # 3-token matches keep failing
             d.gate.observe(self.KEY, 4, 0)
         copy = d.draft(self.CTX, 16, GREEDY, None)
-        assert pick_copy([copy], 2, P) is None
+        assert self.pick([copy], 0.75, 2) is None
         accepted, rejected = d.gate.counts[self.KEY]
         d.observe(copy, None, (4,))  # the target's token agreed with the copy's first token
         assert d.gate.counts[self.KEY] == pytest.approx([0.95 * accepted + 1, 0.95 * rejected])
@@ -397,10 +411,7 @@ class TestCopiesBesideADraftModel:
     def test_in_the_engine_a_trusted_copy_costs_no_draft_pass_and_runs_past_k(self):
         model, calls = self.counting_model()
         target = FakeModel(lambda h: np.eye(20, dtype=np.float32)[(h[-1] + 1) % 20] * 10, 20)  # says t + 1
-        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        ctl = fixed(2)
-        ctl.draft_max = 6  # a copy may run to the longest draft: it costs no pass
-        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=costs), ctl, (self.lookup(),))
+        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=self.COSTS), self.fixed(2), (self.lookup(),))
         step = next(engine.generate(self.CTX, GREEDY, 8))
         assert step.drafted == (4, 5, 6, 7, 8, 10) and step.k == 2
         assert calls == [len(self.CTX) - 1]  # the prompt read at the prefill, and no draft pass
@@ -408,10 +419,8 @@ class TestCopiesBesideADraftModel:
     def test_in_the_engine_a_verified_copy_is_judged_by_its_verify_not_by_what_followed(self):
         model, _ = self.counting_model()
         target = FakeModel(lambda h: np.eye(20, dtype=np.float32)[(h[-1] + 1) % 20] * 10, 20)  # says t + 1
-        costs = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
-        ctl, lookup = fixed(2), self.lookup()
-        ctl.draft_max = 6
-        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=costs), ctl, (lookup,))
+        lookup = self.lookup()
+        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=self.COSTS), self.fixed(2), (lookup,))
         step = next(engine.generate(self.CTX, GREEDY, 4))  # the budget cuts the copy to 3 tokens
         assert step.drafted == (4, 5, 6) and step.n_accepted == 3
         # the verify tested 3 and kept 3: no rejection (the match's 4th token, 7, was never tested)

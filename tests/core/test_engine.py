@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from localspec.core.controller import AdaptiveController, Choice, FixedController
+from localspec.core.controller import AdaptiveController, FixedController
 from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
@@ -156,32 +156,6 @@ class TestAdaptive:
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
         engine = SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(CostModel(), draft_max=8))
         assert run(engine)[0] == target_only(fn)[0]
-
-    def test_a_padded_verify_measures_its_size_and_changes_nothing(self):
-        # the controller asks to measure size 8 every step: the reply is the target's own and
-        # the curve learns T(8) from verifies that drafted fewer tokens
-        fn = hashed_logits(seed=12, n_vocab=V)
-        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n)[:2])
-        ctl = FixedController(CostModel({1: 1.0, 2: 1.1, 3: 1.2}), 3)
-        ctl.choose = lambda behind=None: Choice(3, 1.0, 1.0, measure=8)
-        target = FakeModel(fn, V)
-        got, steps = run(SpeculativeEngine(target, drafter, ctl))
-        assert got == target_only(fn)[0]
-        assert all(s.measured == 8 for s in steps[:-1])
-        assert ctl.costs.verify.n_samples(8) > 0
-        assert any(n == 8 == rows for n, rows in target.decode_calls)
-
-    def test_a_step_that_drafted_nothing_is_not_padded(self):
-        # the measurement was priced on the step's k drafts; with none proposed the step is a
-        # single-token evaluation, and padding it to 8 would cost T(8) - T(1) for one token
-        fn = hashed_logits(seed=12, n_vocab=V)
-        ctl = FixedController(CostModel({1: 1.0, 2: 1.1, 3: 1.2}), 3)
-        ctl.choose = lambda behind=None: Choice(3, 1.0, 1.0, measure=8)
-        target = FakeModel(fn, V)
-        got, steps = run(SpeculativeEngine(target, ScriptedDrafter(lambda ctx, n: []), ctl))
-        assert got == target_only(fn)[0]
-        assert not any(s.measured for s in steps)
-        assert all(rows == 1 for _, rows in target.decode_calls[1:])
 
     def test_while_drafting_is_off_a_trusted_copy_is_still_verified_and_the_draft_model_never_drafts(self):
         # a draft pass of 5 T(1): drafting never pays here, but a copy costs no pass

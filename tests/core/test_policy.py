@@ -41,7 +41,7 @@ class TestOneObjectReachesEveryUser:
     def test_the_trial_length_sets_both_the_guard_and_a_try(self):
         p = replace(Policy(), trial_steps=6)
         ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.9}, 0.5), 8, policy=p)
-        assert ctl.guard.policy is p and ctl.tries.policy is p and ctl.explorer.policy is p
+        assert ctl.guard.policy is p and ctl.tries.policy is p
 
     def test_a_mode_hands_its_policy_to_the_controller_and_the_drafters(self):
         model = FakeModel(hashed_logits(1, 16), 16)
