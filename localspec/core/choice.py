@@ -30,6 +30,7 @@ class Choice:
     reason: Reason = Reason.ON
     # the figures behind the reason
     alpha: float = math.nan  # the acceptance estimate the choice was made at
+    propose: float = 1.0  # ... and the share of draft passes that proposed anything
     best_k: int = 0  # the k the speed model wants (a step that measures T(1) drafts none)
     best_speedup: float = math.nan  # expected speed-up at best_k (HARDWARE: every draft accepted)
     guard_tps: float | None = None  # GUARD: tokens/s drafting measured

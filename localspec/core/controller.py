@@ -55,8 +55,8 @@ class Controller(Protocol):
 
     def wants_prefill(self) -> bool: ...
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        """A verify kept ``n_accepted`` of ``n_drafted`` drafts."""
+    def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
+        """A verify kept ``n_accepted`` of ``n_drafted`` drafts, made in ``passes`` draft passes."""
         ...
 
     def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None: ...
@@ -92,8 +92,8 @@ class FixedController:
     def wants_prefill(self) -> bool:
         return self.k > 0
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        self.acceptance.observe(n_drafted, n_accepted)
+    def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
+        self.acceptance.observe(n_drafted, n_accepted, passes)
 
     def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
         pass
@@ -174,8 +174,12 @@ class AdaptiveController:
     def alpha(self) -> float:
         return self.acceptance.alpha
 
-    def speeds(self, alpha: float | None = None) -> np.ndarray:  # costs.speeds, k = 0..draft_max
-        return speeds(self.costs, self.alpha if alpha is None else alpha, self.draft_max)
+    def speeds(self, alpha: float | None = None) -> np.ndarray:
+        """costs.speeds, k = 0..draft_max, at the learnt acceptance and proposal rate (``alpha``
+        given: a drafter of that acceptance that always proposes)."""
+        if alpha is not None:
+            return speeds(self.costs, alpha, self.draft_max)
+        return speeds(self.costs, self.alpha, self.draft_max, propose=self.acceptance.propose)
 
     def best_case(self) -> float:
         """Drafting's speed-up at its best k were every draft token accepted."""
@@ -258,7 +262,7 @@ class AdaptiveController:
         (a first try, before anything was drafted, once the opening is over)."""
         probe_k = min(self.policy.probe_k, self.draft_max)
         self.resumed = False
-        off = off_choice(rates, self.alpha, k_model, self.guard.rate)
+        off = replace(off_choice(rates, self.alpha, k_model, self.guard.rate), propose=self.acceptance.propose)
         trying = replace(off, reason=Reason.TRY, k=probe_k, predicted_tps=float(rates[probe_k]))
         if self.tries.left > 0:
             self.tries.left -= 1
@@ -269,17 +273,19 @@ class AdaptiveController:
             return hardware_choice(off, optimistic)
         waits = self._steps <= self.policy.opening_steps and not (self._protected or self.drafted)
         k, guard = probe_k if self.gated or k_model == 0 else k_model, self.guard if k_model else None
-        stake = (best_case - 1.0) * self.costs.T(1)
+        # what drafting could win at best: every proposal accepted, at the rate the drafter proposes
+        reach = speeds(self.costs, 1.0, self.draft_max, propose=self.acceptance.propose)
+        stake = (best_gain(reach) - 1.0) * self.costs.T(1)
         if waits or not self.tries.due(self.costs, rates, k, guard, behind, stake, self.drafted):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
         self.tries.start(self.guard, k_model)
         return replace(trying, k=k_model, predicted_tps=float(rates[k_model])) if k_model else trying
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
+    def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
         self._last_drafted = n_drafted
         if n_drafted > 0:
             self.drafted = True
-            self.acceptance.observe(n_drafted, n_accepted)
+        self.acceptance.observe(n_drafted, n_accepted, passes)
 
     def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
         """Tokens/s of a step that spent something on drafting (``passes`` draft passes, by

@@ -343,7 +343,12 @@ def expected_tokens(alpha: float, k):
 
 
 def speeds(
-    costs: CostModel, alpha: float, draft_max: int, t_draft: float | None = None, verify_scale: float = 1.0
+    costs: CostModel,
+    alpha: float,
+    draft_max: int,
+    t_draft: float | None = None,
+    verify_scale: float = 1.0,
+    propose: float = 1.0,
 ) -> np.ndarray:
     """Expected tokens per second of a step that drafts k = 0..draft_max tokens (Leviathan et al.
     2023, section 3, with measured costs in place of constants):
@@ -352,11 +357,18 @@ def speeds(
 
     where T(n) is the measured time of a target evaluation of n tokens (the pending token and
     k drafts). k = 0 is the target alone. ``t_draft``: another price of a drafted token (0 for a
-    copy); ``verify_scale``: T taken that much lower or higher (what if it were cheaper?). The
-    one place this is computed: the controller, the rules, the bench and the profiles call it."""
+    copy); ``verify_scale``: T taken that much lower or higher (what if it were cheaper?);
+    ``propose``: the share of draft passes that propose anything (the others cost their pass
+    and yield the target's one token). The one place this is computed: the controller, the
+    rules, the bench and the profiles call it."""
     ks = np.arange(draft_max + 1)
     per_token = costs.t_draft if t_draft is None else t_draft
-    return expected_tokens(alpha, ks) / (ks * per_token + verify_scale * costs.curve(draft_max + 1)[1:])
+    curve = verify_scale * costs.curve(draft_max + 1)[1:]
+    tokens, seconds = expected_tokens(alpha, ks), ks * per_token + curve
+    if propose < 1.0:
+        tokens = np.where(ks > 0, propose * tokens + (1.0 - propose), tokens)
+        seconds = np.where(ks > 0, propose * seconds + (1.0 - propose) * (per_token + curve[0]), seconds)
+    return tokens / seconds
 
 
 def step_seconds(costs: CostModel, k: int) -> float:

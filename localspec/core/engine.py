@@ -197,7 +197,7 @@ class SpeculativeEngine:
         if draft.confidence:
             costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
         if not draft.copied:  # copies are the drafter's own business (rules.LookupGate)
-            self.controller.observe(len(drafted), verdict.n_accepted)
+            self.controller.observe(len(drafted), verdict.n_accepted, draft.n_evals)
         kept = (*drafted[: verdict.n_accepted], verdict.token)
         tested = (len(drafted), verdict.n_accepted)
         if copy is None:

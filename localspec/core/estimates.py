@@ -12,7 +12,14 @@ class Acceptance:
     accepted tokens plus rejections, each verdict fading by ``policy.decay``, from a prior of
     ``alpha`` worth ``policy.prior_weight`` verdicts (``policy.prior_alpha`` unless a profile
     gives one). A reply is new text, so each starts again from the pair's long-run estimate
-    (the prior with every verdict so far, unfaded), not from where the last ended."""
+    (the prior with every verdict so far, unfaded), not from where the last ended.
+
+    Beside it, ``propose``: the share of draft passes that proposed anything. A drafter that
+    refuses a first token (its rule found it not worth a verify row) has still cost its pass and
+    tells alpha nothing, so without this a draft that refuses every token (an MTP head that
+    carries nothing) would be paid for at every step. It starts at ``policy.trial_steps``
+    proposals and fades by ``policy.decay``: a refusal or two decide nothing, a drafter that
+    refuses every token is off within a few trials."""
 
     def __init__(self, alpha: float | None = None, policy: Policy = DEFAULT) -> None:
         self.decay, self.weight = policy.decay, policy.prior_weight
@@ -20,6 +27,8 @@ class Acceptance:
         weight = self.weight
         self.total = [alpha * weight, (1.0 - alpha) * weight]  # the long run: [accepted, rejected]
         self.accepted, self.rejected = self.total
+        # draft passes that proposed something, or nothing: from a trial's worth of proposals
+        self.proposed, self.refused = float(policy.trial_steps), 0.0
 
     def begin_reply(self) -> None:
         long_run = self.total[0] / sum(self.total)
@@ -29,9 +38,17 @@ class Acceptance:
     def alpha(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
+    @property
+    def propose(self) -> float:
+        return self.proposed / (self.proposed + self.refused)
+
+    def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
         """A verify kept ``n_accepted`` of ``n_drafted``: that many successes, and one failure
-        if it stopped short."""
+        if it stopped short; none drafted after ``passes`` > 0 draft passes: a refusal."""
+        if n_drafted > 0 or passes > 0:
+            proposed = n_drafted > 0
+            self.proposed = self.decay * self.proposed + proposed
+            self.refused = self.decay * self.refused + (not proposed)
         if n_drafted > 0:
             self.accepted = self.decay * self.accepted + n_accepted
             self.rejected = self.decay * self.rejected + (n_accepted < n_drafted)

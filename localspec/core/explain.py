@@ -121,7 +121,9 @@ def _off(c: Choice, costs: CostModel) -> DraftingState:
         why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
         why += f"({realized / base:.2f}×)"
     else:
-        why = f"{words}; at the measured acceptance ({c.alpha:.0%}) drafting would run at about {c.best_speedup:.2f}×"
+        refused = f", the draft proposing in {c.propose:.0%} of its passes" if c.propose < 0.9 else ""
+        why = f"{words}; at the measured acceptance ({c.alpha:.0%}{refused}) drafting would run "
+        why += f"at about {c.best_speedup:.2f}×"
     return DraftingState(
         False,
         0,

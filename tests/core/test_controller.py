@@ -15,8 +15,9 @@ from localspec.core.controller import (
     Reason,
 )
 from localspec.core.costs import READ_MIN, CostModel, calibrate, expected_tokens, speeds, step_seconds
-from localspec.core.drafters import ModelDrafter, NoDrafter
+from localspec.core.drafters import Draft, ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.estimates import Acceptance
 from localspec.core.explain import explain
 from localspec.core.modes import Drafting, ModeContext, ReplySpec, draft_model, prompt_lookup, target_alone
 from localspec.core.policy import DEFAULT as P
@@ -794,3 +795,70 @@ class TestFixed:
             ctl.observe(3, 0)
             ctl.observe_rate(1, 10.0)
         assert ctl.wants_prefill() and not FixedController(CostModel(LINEAR), 0).wants_prefill()
+
+
+class RefusingDrafter(NoisyOracleDrafter):
+    """Runs a pass and proposes nothing ``refuse`` of the time (an MTP head that carries
+    nothing refuses every first token); otherwise the noisy oracle's draft."""
+
+    name = "refusing"
+
+    def __init__(self, fn, alpha, clock, t_draft, refuse: float) -> None:
+        super().__init__(fn, alpha, clock, t_draft, seed=7)
+        self.refuse = refuse
+
+    def draft(self, context, k, params, rng, draft_max=0):
+        if np.random.default_rng([8, len(context)]).random() < self.refuse:
+            self.clock.now += self.t_draft
+            return Draft((), n_evals=1)
+        return super().draft(context, k, params, rng, draft_max)
+
+
+class TestRefusals:
+    """A draft pass that proposes nothing costs its pass and teaches the acceptance nothing: the
+    proposal rate (``Acceptance.propose``) counts it, so a drafter that refuses every token stops
+    costing within an opening, and one that refuses now and then is priced for it."""
+
+    def replies(self, monkeypatch, refuse, curve=f16_cpu, t_draft=0.02, n=4, tokens=48):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+        target = TimedModel(fn, V, clock, lambda n_tokens, call: curve(n_tokens))
+        verify, _ = calibrate(target, (1, 2, 3, 4, 6, 8))
+        ctl = AdaptiveController(CostModel(verify, t_draft), draft_max=8)
+        drafter = RefusingDrafter(fn, 0.9, clock, t_draft, refuse)
+        alone = SpeculativeEngine(target, NoDrafter(), FixedController(CostModel(verify), 0))
+        engine = SpeculativeEngine(target, drafter, ctl)
+        prompts = [[5 + (i * 7 + j) % 40 for j in range(30)] for i in range(n)]
+        spent = [sum(s.step_seconds for s in e.generate(p, GREEDY, tokens)) for p in prompts for e in (engine, alone)]
+        return ctl, sum(spent[1::2]) / sum(spent[0::2])
+
+    def test_a_drafter_that_refuses_every_token_stops_costing(self, monkeypatch):
+        ctl, speedup = self.replies(monkeypatch, refuse=1.0)
+        assert speedup >= 0.97 and ctl.acceptance.propose < 0.2, speedup
+        assert not ctl.on() and "the draft proposing in 3% of its passes" in said(ctl).line
+
+    def test_one_that_refuses_now_and_then_still_drafts_and_pays(self, monkeypatch):
+        ctl, speedup = self.replies(monkeypatch, refuse=0.2)
+        assert speedup >= 1.3 and 0.5 < ctl.acceptance.propose < 0.99, speedup
+        assert ctl.on()
+
+    def test_a_refusal_is_counted_apart_from_the_acceptance(self):
+        a = Acceptance()
+        alpha, prior = a.alpha, P.trial_steps * P.decay  # a trial's worth of proposals, faded once
+        a.observe(0, 0, passes=1)
+        assert a.alpha == alpha and a.propose == pytest.approx(prior / (prior + 1))
+        a.observe(0, 0, passes=0)  # no pass ran (drafting off): nothing learnt
+        assert a.propose == pytest.approx(prior / (prior + 1))
+        a.observe(3, 1)
+        assert a.propose > prior / (prior + 1)
+
+    def test_the_speed_model_prices_a_refused_pass(self):
+        costs = CostModel({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3}, t_draft=0.1)
+        always, half = speeds(costs, 0.8, 4), speeds(costs, 0.8, 4, propose=0.5)
+        assert half[0] == always[0]
+        # half the passes: the step of k drafts, or one pass and the target's token
+        k = 3
+        tokens = 0.5 * expected_tokens(0.8, k) + 0.5
+        seconds = 0.5 * (k * 0.1 + costs.T(k + 1)) + 0.5 * (0.1 + costs.T(1))
+        assert half[k] == pytest.approx(tokens / seconds)
