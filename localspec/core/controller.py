@@ -131,13 +131,10 @@ def pick_copy(
     """The copy a step verifies in place of ``k`` model drafts (``rates``: ``costs.speeds`` at
     the learnt acceptance). Beside drafts, the copy of the best expected tokens per second (at
     its source's acceptance for it, with no draft pass) where that beats the drafts' by
-    ``policy.min_gain``; before anything is timed, the first. In place of a step of the target
-    alone (k = 0), the first whose acceptance is ``policy.min_off_copy_alpha``: a rejected copy
-    there costs its whole verify against a step that could not have gone wrong."""
-    if k == 0:
-        trusted = (c for c in copies if c.ids and c.alpha is not None and c.alpha >= policy.min_off_copy_alpha)
-        return next(trusted, None)
-    if rates is None or not costs.verify:
+    ``policy.min_gain``. In place of a step of the target alone (k = 0), or before anything is
+    timed, the first copy proposed: its gate proposes only what promises ``policy.min_gain``
+    over the target alone (``rules.LookupGate``)."""
+    if k == 0 or rates is None or not costs.verify:
         return next((c for c in copies if c.ids), None)
     best, best_tps = None, policy.min_gain * float(rates[k])
     for copy in copies:
@@ -267,10 +264,9 @@ class AdaptiveController:
         if self.tries.left > 0:
             self.tries.left -= 1
             return trying
-        optimistic = self.speeds(1.0)
-        best_case = best_gain(optimistic)
-        if best_case < self.policy.min_gain:  # the hardware rules drafting out, whatever the acceptance
-            return hardware_choice(off, optimistic)
+        perfect = self.speeds(1.0)
+        if best_gain(perfect) < self.policy.min_gain:  # the hardware rules drafting out, whatever the acceptance
+            return hardware_choice(off, perfect)
         waits = self._steps <= self.policy.opening_steps and not (self._protected or self.drafted)
         k, guard = probe_k if self.gated or k_model == 0 else k_model, self.guard if k_model else None
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes

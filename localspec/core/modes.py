@@ -190,7 +190,7 @@ def repeatable(mode: DraftingMode, ctx: ModeContext, at_load: CostModel) -> Draf
     The speculative rule's random draws depend on how many tokens each step drafts, so a draft
     length picked from this moment's measured speed would make the same seed give another reply.
     Here k is fixed for every reply: the user's (``--no-adapt``), else what the costs measured
-    at load choose at the prior acceptance; no marginal rule, no copies, no exploration. The
+    at load choose at the prior acceptance; no marginal rule, no copies. The
     reply's distribution is the same either way; only the adaptation is given up. (Greedy
     replies never need this: they are the target's own, token for token.)"""
     if not ctx.adaptive:  # the user's fixed length already repeats

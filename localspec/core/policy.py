@@ -55,14 +55,9 @@ class Policy:
     assumes the mean acceptance, which a run of confident tokens beats. Tokens of 0.8-0.95 are
     accepted about as often as they say."""
     min_gain: float = 1.05
-    """A proposal must promise this much over proposing nothing (a copy: over the model's
-    drafts): the speed model leaves out a step's Python work and bookkeeping, a few per cent
+    """A proposal must promise this much over proposing nothing (a copy beside drafts: over
+    the drafts): the speed model leaves out a step's Python work and bookkeeping, a few per cent
     together."""
-    min_off_copy_alpha: float = 0.85
-    """A copy stands in for a step of the target alone only where matches of its kind are
-    accepted this often: there a rejected copy costs its whole verify against a step that could
-    not have gone wrong."""
-
     # --- drafts from suffix matches (the context, past replies) ----------------------------
     suffix_depth: int = 24
     """The longest match looked for, and the longest walk after it: SuffixDecoding's tree depth

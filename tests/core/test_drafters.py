@@ -382,13 +382,13 @@ class TestCopiesBesideADraftModel:
     def test_a_match_trusted_enough_is_picked(self):
         copy = self.lookup().draft(self.CTX, 16, GREEDY, None)
         assert copy.ids[:4] == (4, 5, 6, 7) and copy.alpha == pytest.approx(0.75) and not copy.copied
-        short, sure = replace(copy, ids=copy.ids[:1]), replace(copy, alpha=0.9)
+        short, empty = replace(copy, ids=copy.ids[:1]), replace(copy, ids=())
         # beside 2 drafts of a model accepted at 0.9, the longer copy makes more a second (no pass)
         assert self.pick([short, copy], 0.9, 2) is copy
         assert self.pick([short], 0.9, 2) is None
         assert self.pick([short], 0.5, 2) is short  # beside a worse draft it wins
-        # in place of the target alone: only a copy of a kind accepted at P.min_off_copy_alpha
-        assert self.pick([copy], 0.75, 0) is None and self.pick([copy, sure], 0.75, 0) is sure
+        # in place of the target alone: the first the gate proposed (it priced it against that)
+        assert self.pick([empty, copy], 0.75, 0) is copy and self.pick([empty], 0.75, 0) is None
 
     def test_an_unused_match_is_scored_against_what_the_step_kept(self):
         d = self.lookup()
