@@ -164,8 +164,8 @@ class ReplayAligned(FixedController):
         choice = super().choose(behind)
         return replace(choice, k=0) if self._replay else choice
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        super().observe(n_drafted, n_accepted)
+    def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
+        super().observe(n_drafted, n_accepted, passes)
         self._replay = n_accepted < n_drafted
 
 
