@@ -29,7 +29,8 @@ class Policy:
     """Drafting steps judged together (the guard's trial, a try's length): one unlucky step
     decides nothing. At a reply's start what the guard measured before weighs half a trial, so
     a reply of new text is judged on its own steps. After the trial the guard's sums fade by
-    1 / (trial_steps + 1) a step, so what it weighs has a trial's mean age."""
+    1 / (trial_steps + 1) a step, so what it weighs has a trial's mean age. The proposal rate
+    starts at a trial's worth of proposals."""
     mismatch: float = 1.1
     """The guard says no only where its steps took more than this times their modelled time:
     within it the costs held, and a slow trial was the text's acceptance, which the acceptance
@@ -49,6 +50,7 @@ class Policy:
     comes within a few steps; each failed try in a row halves it ..."""
     try_share: float = 0.05
     """... down to this, so tries that keep failing cost at most this share of the best case."""
+
     # --- how far one draft goes --------------------------------------------------------------
     sure: float = 0.8
     """A draft may run past k while every token's confidence is at least this: Leviathan's k
@@ -57,7 +59,9 @@ class Policy:
     min_gain: float = 1.05
     """A proposal must promise this much over proposing nothing (a copy beside drafts: over
     the drafts): the speed model leaves out a step's Python work and bookkeeping, a few per cent
-    together."""
+    together. So a try's step is priced at least this much over 1 of its time, and drafting is
+    never tried where even a draft always accepted cannot promise it."""
+
     # --- drafts from suffix matches (the context, past replies) ----------------------------
     suffix_depth: int = 24
     """The longest match looked for, and the longest walk after it: SuffixDecoding's tree depth
