@@ -83,8 +83,7 @@ class FixedController:
         return self.choose()
 
     def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        rates = speeds(self.costs, self.acceptance.alpha, k) if self.costs.verify else None
-        return pick_copy(copies, self.costs, rates, k, self.policy)
+        return pick_copy(copies, self.costs, lambda: speeds(self.costs, self.acceptance.alpha, k), k, self.policy)
 
     def begin_reply(self) -> None:
         pass
@@ -126,20 +125,21 @@ def hardware_choice(off: Choice, perfect_rates: np.ndarray) -> Choice:
 
 
 def pick_copy(
-    copies: Sequence[Draft], costs: CostModel, rates: np.ndarray | None, k: int, policy: Policy
+    copies: Sequence[Draft], costs: CostModel, rates: Callable[[], np.ndarray], k: int, policy: Policy
 ) -> Draft | None:
-    """The copy a step verifies in place of ``k`` model drafts (``rates``: ``costs.speeds`` at
-    the learnt acceptance). Beside drafts, the copy of the best expected tokens per second (at
-    its source's acceptance for it, with no draft pass) where that beats the drafts' by
-    ``policy.min_gain``. In place of a step of the target alone (k = 0), or before anything is
-    timed, the first copy proposed: its gate proposes only what promises ``policy.min_gain``
-    over the target alone (``rules.LookupGate``)."""
-    if k == 0 or rates is None or not costs.verify:
-        return next((c for c in copies if c.ids), None)
-    best, best_tps = None, policy.min_gain * float(rates[k])
-    for copy in copies:
+    """The copy a step verifies in place of ``k`` model drafts (``rates()``: ``costs.speeds`` at
+    the learnt acceptance, computed only where a copy was proposed beside drafts). Beside
+    drafts, the copy of the best expected tokens per second (at its source's acceptance for it,
+    with no draft pass) where that beats the drafts' by ``policy.min_gain``. In place of a step
+    of the target alone (k = 0), or before anything is timed, the first copy proposed: its gate
+    proposes only what promises ``policy.min_gain`` over the target alone (``rules.LookupGate``)."""
+    proposed = [c for c in copies if c.ids]
+    if not proposed or k == 0 or not costs.verify:
+        return proposed[0] if proposed else None
+    best, best_tps = None, policy.min_gain * float(rates()[k])
+    for copy in proposed:
         j = len(copy.ids)
-        if j and copy.alpha is not None and (tps := float(speeds(costs, copy.alpha, j, t_draft=0.0)[j])) > best_tps:
+        if copy.alpha is not None and (tps := float(speeds(costs, copy.alpha, j, t_draft=0.0)[j])) > best_tps:
             best, best_tps = copy, tps
     return best
 
@@ -217,8 +217,7 @@ class AdaptiveController:
         return self.last
 
     def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        rates = self.speeds() if self.costs.verify else None
-        return pick_copy(copies, self.costs, rates, min(k, self.draft_max), self.policy)
+        return pick_copy(copies, self.costs, self.speeds, min(k, self.draft_max), self.policy)
 
     def state(self) -> Choice:
         """The last step's choice; before any, what one would choose now (on a copy: nothing spent)."""

@@ -365,7 +365,7 @@ class TestCopiesBesideADraftModel:
 
     @classmethod
     def pick(cls, copies, alpha: float, k: int):  # beside k model drafts accepted at alpha
-        return pick_copy(copies, cls.COSTS, speeds(cls.COSTS, alpha, k), k, P)
+        return pick_copy(copies, cls.COSTS, lambda: speeds(cls.COSTS, alpha, k), k, P)
 
     @staticmethod
     def counting_model():
