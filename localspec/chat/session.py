@@ -19,7 +19,7 @@ from typing import Literal
 
 import numpy as np
 
-from ..core.costs import CostModel, calibrate
+from ..core.costs import CostModel, calibrate, recheck
 from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
 from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
@@ -167,6 +167,7 @@ class Session:
         # by mode, longest draft, and whether it is the seeded replies' (modes.repeatable)
         self._drafting: dict[tuple[DraftingMode, int, bool], Drafting] = {}
         self._saved = False  # this load's measurements are in the profile's history
+        self._checked = False  # a reply has started: the calibration's T(1) was checked (costs.recheck)
         self.save_profile()
 
     @classmethod
@@ -394,6 +395,7 @@ class Session:
             repeatable = seeded(params)
         with self.lock:
             engine = self.engine(mode, draft_max, p_min, prompt_len=len(ids), repeatable=repeatable)
+            engine.after_prefill = self._recheck
             reply: list[int] = []
             for step in engine.generate(ids, params, max_tokens, stop):
                 if counted:
@@ -402,6 +404,12 @@ class Session:
                 yield step
             if self.replies is not None:  # (a reply cancelled midway closes this generator: not kept)
                 self.replies.keep(ids, reply)
+
+    def _recheck(self) -> None:
+        """Time the costs again where the machine's speed moved since the calibration; the
+        session's first reply probes T(1) for it (a load timed beside a burst of other work)."""
+        recheck(self.costs, self.target, CALIBRATION_SIZES, self.draft, probe=not self._checked)
+        self._checked = True
 
     def divergence(self, messages: Sequence[dict], ref: Sequence[int], got: Sequence[int], raw: bool = False):
         """Where a greedy reply ``got`` parts from the target alone's ``ref`` (None where they

@@ -37,6 +37,7 @@ from statistics import median
 
 import numpy as np
 
+from .policy import DEFAULT, Policy
 from .protocol import CachedModel
 
 # Tuning choices, each with its reason:
@@ -58,7 +59,11 @@ DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass cat
 # tokens are timed as reading, per token; shorter ones are ordinary draft passes.
 READ_MIN = 8
 READ_PRIOR = 0.25  # before any read is timed: a token read costs a quarter of a draft pass
-CONFIDENCE_DECAY = 0.95  # the confidence calibration fades like the acceptance counts (estimates.DECAY)
+# The machine running this much faster or slower than at calibration (a level past log 1.5) is
+# no drift of a steady machine, whose bursts read 10-15 %: the calibration met another machine
+# (a load under a burst of other work, a laptop that went on battery), and its shape is suspect
+# too, most of all T(1), which no draft ever re-measures. The session times the curve again.
+RECALIBRATE_AT = math.log(1.5)
 
 clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
 
@@ -66,7 +71,9 @@ clock: Callable[[], float] = time.perf_counter  # tests swap in a virtual clock
 class VerifyCurve:
     """T(n) for n >= 1 from windows of measured samples (seconds)."""
 
-    def __init__(self, points: Mapping[int, float] | None = None) -> None:
+    def __init__(
+        self, points: Mapping[int, float] | None = None, samples: Mapping[int, Sequence[float]] | None = None
+    ) -> None:
         self._samples: dict[int, deque[float]] = {}
         self._warmed: set[int] = set()  # sizes whose first (discarded) verify has run
         # log of the machine's speed now relative to calibration; the samples are stored
@@ -78,6 +85,9 @@ class VerifyCurve:
         self._seeds: dict[int, list[float]] = {}  # size -> what earlier loads measured (``seed``)
         for n, seconds in (points or {}).items():  # a given point counts as a calibration
             for _ in range(MIN_SAMPLES):
+                self.add(n, seconds)
+        for n, timed in (samples or {}).items():  # calibration samples
+            for seconds in timed:
                 self.add(n, seconds)
 
     # --- samples ---------------------------------------------------------------------
@@ -135,6 +145,17 @@ class VerifyCurve:
 
     def __bool__(self) -> bool:
         return bool(self._samples)
+
+    @property
+    def moved(self) -> bool:
+        """Whether the machine runs so much faster or slower than at calibration
+        (``RECALIBRATE_AT``) that the curve should be timed again (``CostModel.recalibrate``)."""
+        return abs(self.level) > RECALIBRATE_AT
+
+    def differs(self, n: int, seconds: float) -> bool:
+        """Whether a verify of n tokens timed ``seconds`` says the machine ``moved`` (one
+        probe before any verify was observed: the level has nothing to go by yet)."""
+        return seconds > 0 and abs(math.log(seconds / self.T(n))) > RECALIBRATE_AT
 
     @property
     def sizes(self) -> list[int]:
@@ -263,6 +284,15 @@ class DraftCost:
         per_token = median(self._read) if self._read else READ_PRIOR * self._value
         return n_tokens * per_token
 
+    def recalibrate(self, passes: Sequence[float], scale: float) -> None:
+        """Fresh calibration ``passes`` in place of the passes so far; the reads, kept relative
+        to a level that is now reset, are taken at ``scale`` (the machine's speed now)."""
+        self._samples = deque([], maxlen=DRAFT_WINDOW)
+        self._own, self._value = 0, 0.0
+        for seconds in passes:
+            self.observe(1, seconds)
+        self._read = deque((seconds * scale for seconds in self._read), maxlen=DRAFT_WINDOW)
+
     def copy(self) -> DraftCost:
         other = DraftCost()
         other._samples = deque(self._samples, maxlen=DRAFT_WINDOW)
@@ -278,10 +308,14 @@ class CostModel:
     acceptance."""
 
     def __init__(
-        self, verify: Mapping[int, float] | VerifyCurve | None = None, t_draft: float | DraftCost = 0.0
+        self,
+        verify: Mapping[int, float] | VerifyCurve | None = None,
+        t_draft: float | DraftCost = 0.0,
+        policy: Policy = DEFAULT,
     ) -> None:
         self.verify = verify if isinstance(verify, VerifyCurve) else VerifyCurve(verify)
         self.draft = t_draft if isinstance(t_draft, DraftCost) else DraftCost(t_draft)
+        self.decay = policy.decay  # the confidence calibration fades like the acceptance counts
         # The draft's confidence c is a biased guess of acceptance: measured rejections divided
         # by the rejections (sum of 1 - c) its confidences predicted, over the tokens tested.
         self.rejected = 1.0
@@ -326,8 +360,18 @@ class CostModel:
     def observe_confidence(self, confidence: Sequence[float], n_accepted: int) -> None:
         """Tokens x_1..x_{n_accepted+1} were tested (the rest were never looked at)."""
         tested = confidence[: n_accepted + 1]
-        self.predicted_rejected = CONFIDENCE_DECAY * self.predicted_rejected + sum(1.0 - c for c in tested)
-        self.rejected = CONFIDENCE_DECAY * self.rejected + (1.0 if n_accepted < len(confidence) else 0.0)
+        self.predicted_rejected = self.decay * self.predicted_rejected + sum(1.0 - c for c in tested)
+        self.rejected = self.decay * self.rejected + (1.0 if n_accepted < len(confidence) else 0.0)
+
+    def recalibrate(self, verify: VerifyCurve, draft_passes: Sequence[float] = ()) -> None:
+        """A fresh calibration in place of this one (the machine's speed ``moved``), in the very
+        curve and draft cost every mode's costs share; a fresh calibration is not seeded with
+        earlier loads: it was timed because this machine's speed now differs from theirs too.
+        Without ``draft_passes`` the draft's passes are kept, at the machine's speed now."""
+        scale = self.verify.time_scale
+        self.verify.__dict__.update(verify.copy().__dict__)
+        passes = draft_passes or [seconds * scale for seconds in self.draft._samples]
+        self.draft.recalibrate(passes, scale)
 
     def acceptance(self, c: float) -> float:
         """Calibrated chance that a draft token of confidence c is accepted."""
@@ -397,21 +441,30 @@ def calibration_tokens(model: CachedModel, n: int) -> list[int]:
 
 
 def time_sizes(
-    model: CachedModel, sizes: Iterable[int], repeats: int, prefix: int = CALIBRATION_PREFIX, warmup: int = 0
+    model: CachedModel,
+    sizes: Iterable[int],
+    repeats: int,
+    prefix: int = CALIBRATION_PREFIX,
+    warmup: int = 0,
+    on_top: bool = False,
 ) -> dict[int, list[float]]:
     """Seconds of one evaluation of n tokens with n logits rows, after ``prefix`` cached tokens
     (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
     untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
-    lands on different sizes in different rounds. The cache is restored."""
+    lands on different sizes in different rounds. The cache is restored; ``on_top``: one that
+    holds tokens already (a conversation) is timed on top of them instead, and not evaluated again."""
     saved = list(model.cached)
     sizes = [n for n in sizes if 1 <= n <= model.n_ctx]
-    prefix = max(0, min(prefix, model.n_ctx - max(sizes, default=1)))
-    tokens = calibration_tokens(model, prefix + max(sizes, default=1))
+    largest = max(sizes, default=1)
+    on_top = on_top and 0 < len(saved) <= model.n_ctx - largest
+    prefix = len(saved) if on_top else max(0, min(prefix, model.n_ctx - largest))
+    tokens = calibration_tokens(model, prefix + largest)
     out: dict[int, list[float]] = {n: [] for n in sizes}
     try:
-        model.truncate(0)
-        if prefix:
-            model.evaluate(tokens[:prefix], 1)
+        if not on_top:
+            model.truncate(0)
+            if prefix:
+                model.evaluate(tokens[:prefix], 1)
         model.checkpoint()  # each round is rolled back to the prefix
         for r in range(warmup + repeats):
             for n in sizes:
@@ -437,16 +490,31 @@ def calibrate(
     """The target's verify curve and the draft's pass time, measured here (see time_sizes).
     No warm-up round by default: a first-use spike is one sample of three, which the median
     ignores, and the load stays short (a few seconds for a 1.5B target and a 0.5B draft on 2 CPU cores)."""
-    curve = VerifyCurve()
-    for n, samples in time_sizes(target, sizes, repeats, prefix, warmup).items():
-        for s in samples:
-            curve.add(n, s)
+    curve = VerifyCurve(samples=time_sizes(target, sizes, repeats, prefix, warmup))
     draft_cost = DraftCost()
     if draft is not None:
         for s in time_sizes(draft, (1,), repeats, prefix, warmup).get(1, []):
             draft_cost.observe(1, s)
         draft_cost.observe_read(prefix, time_read(draft, prefix))
     return curve, draft_cost
+
+
+def recheck(
+    costs: CostModel, target: CachedModel, sizes: Sequence[int], draft: CachedModel | None = None, probe: bool = False
+) -> bool:
+    """Between replies, on top of the caches (left as they were): where the machine's speed
+    ``moved`` since the calibration, or a ``probe`` of T(1) (the best of two) ``differs`` from it,
+    time the curve and the draft's pass again in place of the calibration, two rounds (a size
+    with fewer than MIN_SAMPLES is read at its lowest). Whether it did."""
+
+    def timed(model: CachedModel, sizes: Sequence[int]) -> dict[int, list[float]]:
+        return time_sizes(model, sizes, 2, on_top=True)
+
+    moved = costs.verify.moved or (probe and costs.verify.differs(1, min(timed(target, (1,)).get(1, [0.0]))))
+    if moved:
+        passes = timed(draft, (1,)).get(1, []) if draft is not None else []
+        costs.recalibrate(VerifyCurve(samples=timed(target, sizes)), passes)
+    return moved
 
 
 def time_read(model: CachedModel, n: int) -> float:

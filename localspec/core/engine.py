@@ -15,7 +15,7 @@ The engine yields a frozen :class:`Step` per iteration and never prints.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
@@ -79,6 +79,9 @@ class SpeculativeEngine:
             no_draft = isinstance(self.drafter, NoDrafter)
             controller = FixedController(CostModel(), 0) if no_draft else AdaptiveController(CostModel())
         self.controller: Controller = controller
+        # called once the prompt is in the cache, before the reply's first decision (the
+        # session checks there whether the costs still hold: ``costs.recheck``)
+        self.after_prefill: Callable[[], object] | None = None
 
     def generate(
         self,
@@ -97,6 +100,8 @@ class SpeculativeEngine:
         # prefill (the last prompt token is the first 'pending'), in the mode the verifies use
         (self.target.sync_greedy if picked else self.target.sync)(context[:-1])
         self.target.checkpoint(lasting=True)  # a recurrent target regenerates without a prefill
+        if self.after_prefill is not None:
+            self.after_prefill()
         self.controller.begin_reply()
         if self.controller.wants_prefill():
             self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1

@@ -120,7 +120,7 @@ def controller_for(
     whose gate decides each proposal: ``gated``; a draft model's marginal rule may run a
     draft it is sure of past k: ``extend_when_sure``). Without adaptation every step drafts ``draft_max``
     tokens unless ``fixed_k`` says otherwise."""
-    costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost())
+    costs = CostModel(ctx.costs.verify, ctx.costs.draft if draft_cost else DraftCost(), ctx.policy)
     if fixed_k is not None or not ctx.adaptive:
         k = ctx.draft_max if fixed_k is None else fixed_k
         return FixedController(costs, k, ctx.fixed_note, ctx.policy)

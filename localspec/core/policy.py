@@ -8,6 +8,7 @@ reaches every user of a value. Each field says why it has its value.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 
 
@@ -31,10 +32,6 @@ class Policy:
     a reply of new text is judged on its own steps. After the trial the guard's sums fade by
     1 / (trial_steps + 1) a step, so what it weighs has a trial's mean age. The proposal rate
     starts at a trial's worth of proposals."""
-    mismatch: float = 1.1
-    """The guard says no only where its steps took more than this times their modelled time:
-    within it the costs held, and a slow trial was the text's acceptance, which the acceptance
-    estimate judges over more steps."""
 
     # --- a reply's opening ---------------------------------------------------------------------
     opening_steps: int = 6
@@ -69,9 +66,25 @@ class Policy:
     min_path_prob: float = 0.1
     """A walk stops where fewer than this share of the occurrences agree on the path so far
     (SuffixDecoding's ``min_token_prob``): below it the next token is a guess."""
-    suffix_ends: int = 256
-    """At most this many occurrences of a match are read for its continuations, so a common
-    short match costs what a rare long one does."""
+
+    @property
+    def mismatch(self) -> float:
+        """The guard says no only where its steps took more than this times their modelled
+        time: the speed model's left-out work (``min_gain`` - 1) twice over. Within it the costs
+        held, and a slow trial was the text's acceptance, which the acceptance estimate judges
+        over more steps."""
+        return 2.0 * self.min_gain - 1.0
+
+    @property
+    def suffix_ends(self) -> int:
+        """At most this many occurrences of a match are read for its continuations, so a common
+        short match costs what a rare long one does: 1 / ``min_path_prob``² of them measure a
+        share at the walk's bar to within a third of itself (its standard error)."""
+        return math.ceil(1.0 / self.min_path_prob**2)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.min_path_prob <= 1.0:
+            raise ValueError(f"min_path_prob={self.min_path_prob}: a share, above 0 and at most 1")
 
     @classmethod
     def names(cls) -> list[str]:

@@ -16,6 +16,7 @@ from localspec.core.costs import (
     VerifyCurve,
     calibrate,
     isotonic,
+    recheck,
     time_sizes,
 )
 from tests.support.fakes import FakeModel, TimedModel, VirtualClock, hashed_logits
@@ -320,3 +321,61 @@ class TestDraftCostSeedsAndReads:
         cost.observe_read(40, 40.0)  # one outlier
         assert cost.read(100) == pytest.approx(1.0)
         assert cost.copy().read(100) == pytest.approx(1.0)
+
+
+class TestRecheck:
+    """A load timed beside a burst of other work: the costs are timed again between replies."""
+
+    def machine(self, monkeypatch, conversation: int = 60):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+        busy = {"on": True}  # busy: every size takes 1 s (the burst); then a linear 10 ms a token
+
+        def seconds(n, call):
+            return 1.0 if busy["on"] else 0.01 * n
+
+        target = TimedModel(hashed_logits(10, V), V, clock, seconds)
+        draft = TimedModel(hashed_logits(11, V), V, clock, lambda n, call: 0.8 if busy["on"] else 0.002 * n)
+        curve, draft_cost = calibrate(target, sizes=(1, 2, 4), draft=draft)
+        target.sync(list(range(1, conversation + 1)))  # the chat so far
+        draft.sync(list(range(1, conversation + 1)))
+        return busy, target, draft, CostModel(curve, draft_cost)
+
+    def test_a_probe_of_t1_finds_a_calibration_timed_in_a_burst_and_times_it_again(self, monkeypatch):
+        busy, target, draft, model = self.machine(monkeypatch)
+        shared = CostModel(model.verify, model.draft)  # a mode's costs share the curve and the draft cost
+        assert model.T(2) == pytest.approx(model.T(1))  # the burst's flat curve: drafting looks free
+        busy["on"] = False
+        target.decode_calls.clear()
+        assert recheck(model, target, (1, 2, 4), draft, probe=True)
+        assert [shared.T(n) for n in (1, 2, 4)] == pytest.approx([0.01, 0.02, 0.04])
+        assert shared.t_draft == pytest.approx(0.002) and not model.verify.moved
+        # on top of the chat: the conversation is neither lost nor evaluated again
+        assert target.cached == list(range(1, 61)) and draft.cached == list(range(1, 61))
+        assert sum(call[0] for call in target.decode_calls) == 2 * 1 + 2 * (1 + 2 + 4)  # probe, two rounds
+
+    def test_a_quiet_machine_costs_the_probe_only(self, monkeypatch):
+        busy, target, draft, model = self.machine(monkeypatch)
+        target.decode_calls.clear()
+        assert not recheck(model, target, (1, 2, 4), draft, probe=True)  # still as busy as at load
+        assert len(target.decode_calls) == 2 and model.T(1) == pytest.approx(1.0)
+        assert not recheck(model, target, (1, 2, 4), draft)  # no probe: nothing timed
+        assert len(target.decode_calls) == 2
+
+    def test_verifies_far_from_the_calibration_move_the_curve_and_call_for_a_recheck(self, monkeypatch):
+        busy, target, draft, model = self.machine(monkeypatch)
+        busy["on"] = False
+        for _ in range(LEVEL_WINDOW):  # a drafting step's verify of 2, at its quiet 20 ms
+            model.observe_verify(2, 0.02)
+        assert model.verify.moved and model.T(2) == pytest.approx(model.T(1))  # the shape is still the burst's
+        assert recheck(model, target, (1, 2, 4), draft)
+        assert model.T(2) == pytest.approx(2 * model.T(1)) and model.verify.level == 0.0
+
+    def test_draft_reads_are_kept_at_the_machine_speed_now(self):
+        model = CostModel({1: 1.0, 2: 1.0}, 0.5)
+        model.observe_read(READ_MIN, 0.4)
+        for _ in range(LEVEL_WINDOW):
+            model.observe_verify(1, 0.1)  # the machine runs 10x faster than at calibration
+        before = model.read(READ_MIN)
+        model.recalibrate(VerifyCurve({1: 0.1, 2: 0.2}))
+        assert model.read(READ_MIN) == pytest.approx(before) and model.t_draft == pytest.approx(0.05)

@@ -34,6 +34,24 @@ class TestSettings:
             assert after.split("\n", 2)[1].strip().startswith('"""'), name  # a docstring under each field
 
 
+class TestDerived:
+    def test_the_guard_and_the_suffix_reads_follow_the_fields_they_come_from(self):
+        p = Policy()
+        assert p.mismatch == pytest.approx(1.1) and p.suffix_ends == 100
+        assert replace(p, min_gain=1.1).mismatch == pytest.approx(1.2)
+        assert replace(p, min_path_prob=0.25).suffix_ends == 16
+
+    @pytest.mark.parametrize("bad", ["min_path_prob=0", "min_path_prob=1.5"])
+    def test_a_path_share_outside_0_to_1_is_refused(self, bad):
+        with pytest.raises(ValueError, match="a share, above 0"):
+            Policy().with_setting(bad)
+
+    def test_the_confidence_calibration_fades_by_the_policy_decay(self):
+        costs = CostModel({1: 1.0}, policy=replace(Policy(), decay=0.5))
+        costs.observe_confidence([0.9, 0.9], 2)
+        assert costs.predicted_rejected == pytest.approx(0.5 + 0.2) and costs.rejected == pytest.approx(0.5)
+
+
 class TestOneObjectReachesEveryUser:
     """An override reaches every user of a value (the ablation tool's old setattr on one
     module reached some of them only)."""

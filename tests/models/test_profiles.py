@@ -216,10 +216,13 @@ class TestSessionKeepsProfiles:
         assert use.drafted == sum(len(x.drafted) for x in drafted)
         assert use.rejected == sum(x.n_accepted < len(x.drafted) for x in drafted)
 
-    def test_the_next_load_starts_from_what_this_pair_measured(self, tiny_pair, tmp_path):
+    def test_the_next_load_starts_from_what_this_pair_measured(self, tiny_pair, tmp_path, monkeypatch):
+        import localspec.chat.session as session_module
+
         store = ProfileStore(tmp_path / "profiles.json")
         s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=store)
         s.costs = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)  # costs where drafting pays
+        monkeypatch.setattr(session_module, "recheck", lambda *args, **kwargs: False)  # (not this machine's)
         assert s.drafting("draft").controller.alpha == pytest.approx(P.prior_alpha)  # untried: the default
         for _ in range(3):
             list(s.chat([{"role": "user", "content": "hello world the model"}], GREEDY, 24))
@@ -290,6 +293,35 @@ class TestSessionKeepsProfiles:
             busy.close()
         assert max(store.get(key).verify_history[1]) > 10 * usual[1]  # the busy load's entry, its own
         assert store.get(key).verify[1] < 3 * usual[1]  # the profile's median: one busy load of five
+
+    def test_the_first_reply_after_a_load_beside_a_burst_times_the_costs_again(self, tiny_pair, tmp_path, monkeypatch):
+        import localspec.chat.session as session_module
+
+        rechecks: list[bool] = []
+        real = session_module.recheck
+        monkeypatch.setattr(session_module, "recheck", lambda *a, **k: rechecks.append(real(*a, **k)))
+        store = ProfileStore(tmp_path / "profiles.json")
+        options = LoadOptions(n_ctx=512, threads=1)
+        quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=None)
+        usual = quiet.costs.T(1)
+        quiet.close()
+        from localspec.core import costs
+
+        def busy_calibrate(*args, **kwargs):  # every size timed alike, 30x a quiet T(1): a flat curve
+            curve, draft = costs.calibrate(*args, **kwargs)
+            return costs.VerifyCurve({n: 30 * usual for n in curve.sizes}), draft
+
+        busy = load_calibrated_by(busy_calibrate, tiny_pair, options, store)
+        try:
+            assert busy.costs.T(1) > 10 * usual
+            list(busy.chat([{"role": "user", "content": "hello"}], max_tokens=12))
+            # the first reply's probe found the burst gone, and the sizes were timed again (not
+            # only scaled by the level, which keeps the burst's flat shape)
+            assert rechecks == [True] and busy.costs.T(1) < 5 * usual and abs(busy.costs.verify.level) < 1
+            key = busy.profile_keys.target
+        finally:
+            busy.close()
+        assert store.get(key).verify_history[1][-1] < 5 * usual  # the load's entry is amended
 
     def test_automatic_threads_are_keyed_by_the_count_they_run_with(self, tiny_pair, tmp_path):
         # `localspec run` gives the thread count, the app leaves it automatic: on one machine
