@@ -504,16 +504,17 @@ def recheck(
 ) -> bool:
     """Between replies, on top of the caches (left as they were): where the machine's speed
     ``moved`` since the calibration, or a ``probe`` of T(1) (the best of two) ``differs`` from it,
-    time the curve and the draft's pass again in place of the calibration, two rounds (a size
-    with fewer than MIN_SAMPLES is read at its lowest). Whether it did."""
-
-    def timed(model: CachedModel, sizes: Sequence[int]) -> dict[int, list[float]]:
-        return time_sizes(model, sizes, 2, on_top=True)
-
-    moved = costs.verify.moved or (probe and costs.verify.differs(1, min(timed(target, (1,)).get(1, [0.0]))))
+    time the curve and the draft's pass again in place of the calibration: one round of every
+    size, beside the probe's T(1)s (a size with fewer than MIN_SAMPLES is read at its lowest
+    until the verifies fill its window), so the reply that pays for it waits about one pass of
+    each size. Whether it did."""
+    probed = time_sizes(target, (1,), 2, on_top=True) if probe else {}
+    moved = costs.verify.moved or costs.verify.differs(1, min(probed.get(1, [0.0])))
     if moved:
-        passes = timed(draft, (1,)).get(1, []) if draft is not None else []
-        costs.recalibrate(VerifyCurve(samples=timed(target, sizes)), passes)
+        fresh = time_sizes(target, sizes, 1, on_top=True)
+        fresh[1] = fresh.get(1, []) + probed.get(1, [])
+        passes = time_sizes(draft, (1,), 2, on_top=True).get(1, []) if draft is not None else []
+        costs.recalibrate(VerifyCurve(samples=fresh), passes)
     return moved
 
 

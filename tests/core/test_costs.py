@@ -352,7 +352,7 @@ class TestRecheck:
         assert shared.t_draft == pytest.approx(0.002) and not model.verify.moved
         # on top of the chat: the conversation is neither lost nor evaluated again
         assert target.cached == list(range(1, 61)) and draft.cached == list(range(1, 61))
-        assert sum(call[0] for call in target.decode_calls) == 2 * 1 + 2 * (1 + 2 + 4)  # probe, two rounds
+        assert sum(call[0] for call in target.decode_calls) == 2 * 1 + (1 + 2 + 4)  # the probe, one round
 
     def test_a_quiet_machine_costs_the_probe_only(self, monkeypatch):
         busy, target, draft, model = self.machine(monkeypatch)
