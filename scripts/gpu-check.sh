@@ -14,8 +14,8 @@
 # Random weights accept almost nothing from a random draft, so the bench adds an oracle drafter
 # that replays the target-only reply with a set share of its tokens corrupted: a controlled
 # acceptance at zero draft cost. The 0.5B-shaped draft model gives the real cost of drafting.
-# Results go to $OUT (the device tool's output folder) or gpu-check-out/: one JSON per target,
-# the log, and summary.md. docs/benchmarks.md says how the figures there were made.
+# Results go to $OUT (the device tool's output folder) or gpu-check-out/: summary.md, the log,
+# and gpu-check.tgz with one JSON and table per target beside them. docs/benchmarks.md says how the figures there were made.
 #
 # Then a hybrid target with its own MTP layer (random weights of Qwen3.5-9B's shape, a 7B-class
 # model: gated delta-net layers beside attention): `localspec bench --mtp` gives an MTP pass
@@ -32,7 +32,11 @@ BUNDLE=${GPU_BUNDLE:-$REPO/gpu-bundle}
 LLAMA_VERSION=0.3.36
 PYV=${GPU_CHECK_PYTHON_VERSION:-3.12}  # the GPU machine's python3
 WHEELS="pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.7.0 typing-inspection==0.4.5
-        gguf==0.19.0 diskcache==5.6.3 platformdirs==4.14.8"
+        gguf==0.19.0 diskcache==5.6.3 platformdirs==4.14.8 tomli-w==1.2.0 pydivsufsort==0.0.20"
+# pyproject's other dependencies: the GPU machine's image has these (KINDS.md's package list) ...
+IMAGE_HAS="numpy huggingface-hub filelock"
+# ... and the check never imports these (the app and the server do)
+NOT_NEEDED="textual starlette uvicorn"
 # Parts of the llama.cpp tree the Python package's build never reads (models/ holds 75 MB of
 # vocabularies for llama.cpp's own tests); CUDA and CPU backends stay.
 TRIM="models docs media benches tests examples gguf-py scripts conversion pocs .devops .github
@@ -112,9 +116,17 @@ bench_target() {  # $1 target gguf, $2 draft gguf, $3 json out; extra args follo
 run() {
   local cpu=0 out models t0=$SECONDS
   [ "${1:-}" = --cpu ] && cpu=1
-  out=${OUT:-$REPO/gpu-check-out}
+  # Results are written to a folder of their own and packed into $OUT when the run ends, also
+  # when it is stopped (`timeout 560 bash scripts/gpu-check.sh run`): the device tool brings
+  # back 8 files at most, and a run of every target writes 16.
+  DEST=${OUT:-$REPO/gpu-check-out}
+  RUN_DIR=$(mktemp -d)
+  out=$RUN_DIR
   models=${GPU_CHECK_MODELS:-/tmp/localspec-gpu-models}
-  mkdir -p "$out" "$models"
+  mkdir -p "$DEST" "$models"
+  trap 'pack "$RUN_DIR"' EXIT
+  trap 'exit 143' TERM INT
+  trap '' PIPE  # the log's tee stopped with the rest: carry on to pack
   exec > >(tee -a "$out/gpu-check.log") 2>&1
   say "machine"
   uname -a; nproc; free -g | head -2 || true
@@ -137,6 +149,12 @@ run() {
   for spec in $targets; do specs="$specs,$spec"; done
   python3 -m tests.support.random_gguf "$models" --models "$specs" --threads "$threads"
   echo "models done after $((SECONDS - t0)) s"
+  import_order_check "$models/random-$draft_shape-q4_k_m.gguf"
+  local first=${targets%% *}
+  first=${first/:/-}
+  say "a verify's rows beside one-token rows: $first"
+  python3 "$REPO/scripts/verify_rows.py" "$models/random-$first.gguf" --json "$out/verify-rows-$first.json" \
+    || echo "verify rows of $first failed"
   local draft=$models/random-$draft_shape-q4_k_m.gguf extra=()
   [ $cpu = 1 ] && extra=(--max-tokens 16 --repeats 1 --ctx 2048)
   for spec in $targets; do
@@ -152,6 +170,31 @@ run() {
   say "summary"
   python3 "$REPO/scripts/gpu_check_report.py" "$out"/bench-*.json | tee "$out/summary.md"
   echo "total $((SECONDS - t0)) s"
+}
+
+pack() {  # $1 the run's folder: summary.md (made from what there is, if the run stopped short),
+  # gpu-check.log and everything as gpu-check.tgz, into $DEST
+  trap - EXIT
+  local dir=$1
+  exec >>"$dir/gpu-check.log" 2>&1  # tee may be gone (a stopped run)
+  [ -s "$dir/summary.md" ] || python3 "$REPO/scripts/gpu_check_report.py" "$dir"/bench-*.json >"$dir/summary.md" 2>&1
+  cp "$dir/summary.md" "$dir/gpu-check.log" "$DEST/" 2>/dev/null
+  tar -czf "$DEST/gpu-check.tgz" -C "$dir" . && echo "results: $DEST/gpu-check.tgz, summary.md, gpu-check.log"
+}
+
+# Loading a model crashed (SIGSEGV in llama_model_load_from_file) in a process that imported
+# the CLI's native modules before llama_cpp; the CLI now imports llama_cpp first. Say whether
+# `python3 -m localspec` loads a model here, and which first import, if any, still breaks a load.
+import_order_check() {  # $1 a small gguf
+  say "import order before a model load"
+  local mod load="import llama_cpp as L; p = L.llama_model_default_params(); p.load_mode = 0
+assert L.llama_model_load_from_file(b'$1', p)"
+  for mod in llama_cpp numpy yaml markupsafe pydantic_core ssl gguf; do
+    if python3 -c "import $mod
+$load" >/dev/null 2>&1; then echo "  import $mod, then a load: ok"; else echo "  import $mod, then a load: FAILED ($?)"; fi
+  done
+  python3 -m localspec run --target "$1" --no-draft --max-tokens 4 --raw hello >/dev/null 2>&1 \
+    && echo "  python3 -m localspec run: ok" || echo "  python3 -m localspec run: FAILED ($?)"
 }
 
 hybrid_check() {  # $1 models dir, $2 out dir, $3 SHAPE:TYPE, $4 threads; extra bench args follow

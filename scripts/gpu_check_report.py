@@ -100,8 +100,33 @@ def verdicts(reports: list[tuple[Path, dict]]) -> list[str]:
             if ups:
                 got = _median(ups)
                 ok = "met" if got >= least else "MISSED"
-                lines.append(f"- {mode} on {name}: >= {least}x target-only: {ok} (median {got:.2f}x)")
+                void = " (void: the texts parted, below)" if parted(rep) else ""
+                lines.append(f"- {mode} on {name}: >= {least}x target-only: {ok} (median {got:.2f}x){void}")
+    lines += [replay_line(rep) for _, rep in reports if any(r["mode"].startswith("oracle") for r in rep["rows"])]
     return lines
+
+
+def parted(rep: dict) -> list[dict]:
+    """The oracle runs whose text parted from the target alone's: from there on the oracle
+    replays a text the target no longer writes, so their acceptance and speed-up are not the
+    ones the oracle was set to."""
+    return [r for r in rep["rows"] if r["mode"].startswith("oracle") and r.get("identical") is False]
+
+
+def replay_line(rep: dict) -> str:
+    oracle = [r for r in rep["rows"] if r["mode"].startswith("oracle")]
+    off = parted(rep)
+    name = Path(rep["target"]).name
+    if not off:
+        return f"- Oracle runs on {name} write the target alone's text: met ({len(oracle)} of {len(oracle)})"
+    where = sorted((r.get("divergence") or {}).get("index", -1) for r in off)
+    gaps = [(r.get("divergence") or {}).get("gap") for r in off]
+    gaps = [g for g in gaps if g is not None]
+    gap = f", top-2 gaps {min(gaps):.3g}-{max(gaps):.3g}" if gaps else ""
+    return (
+        f"- Oracle runs on {name} write the target alone's text: MISSED ({len(off)} of {len(oracle)} "
+        f"parted, at tokens {where[0]}-{where[-1]}{gap}): their speed-ups are void"
+    )
 
 
 def _median(xs):

@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+# first: llama.cpp's libraries load before any other native module (llama/native.py says why)
+from ..llama import native  # noqa: F401  isort: skip
+
 from . import bench, doctor, history, models, run, serve
 
 COMMANDS = (run, models, bench, doctor, serve, history)

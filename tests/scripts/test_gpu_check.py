@@ -5,9 +5,11 @@ and the wheels the GPU machine lacks, with a stand-in for ``python -m pip downlo
 runs have tests of their own (tests/bench, test_gpu_check_report.py, test_rollback_cost.py)."""
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2]
@@ -77,3 +79,57 @@ def test_prepare_packs_the_trimmed_source_and_the_wheels(tmp_path):
     assert wheels[wheels.index("--python-version") + 1] == "3.12" and "--only-binary=:all:" in wheels
     assert "manylinux_2_28_x86_64" in wheels and "pydantic-core==2.50.5" in wheels
     assert (bundle / "wheels" / "pydantic-core-2.50.5-py3-none-any.whl").exists()
+
+
+def _script_list(name: str) -> set[str]:
+    """A name list assigned in gpu-check.sh (``NAME="a==1 b"``), as normalized names."""
+    text = re.search(rf'^{name}="([^"]*)"', SCRIPT.read_text(), re.M).group(1)
+    return {_normal(spec.split("==")[0]) for spec in text.split()}
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_dependency_reaches_the_gpu_machine():
+    """Each of pyproject's dependencies travels as a wheel, is in the GPU machine's image, is
+    built there (llama-cpp-python) or is one the check never imports: a dependency added
+    without a wheel would stop the check at its first import, there."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {_normal(re.split(r"[<>=!~ \[;]", d)[0]) for d in deps}
+    covered = _script_list("WHEELS") | _script_list("IMAGE_HAS") | _script_list("NOT_NEEDED") | {"llama-cpp-python"}
+    assert names - covered == set()
+
+
+def test_the_check_never_imports_what_it_does_not_bring():
+    not_needed = sorted(_script_list("NOT_NEEDED"))
+    probe = (
+        "import sys, localspec.cli, localspec.cli.bench, localspec.bench.runner;"
+        f"print([m for m in {not_needed!r} if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_rehearsal_packs_its_results_into_three_files(tmp_path):
+    """`run --cpu` on one tiny target: the device tool brings back 8 files at most, so $OUT gets
+    the summary, the log and one archive of the rest."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "OUT": str(tmp_path / "out"),
+        "GPU_CHECK_MODELS": str(tmp_path / "models"),
+        "GPU_CHECK_TARGETS": "tiny:q4_k_m",
+        "GPU_CHECK_HYBRID": "",
+        "LOCALSPEC_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = subprocess.run(["bash", str(SCRIPT), "run", "--cpu"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stdout[-2000:]
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.log", "gpu-check.tgz", "summary.md"]
+    with tarfile.open(out / "gpu-check.tgz") as tar:
+        packed = {Path(m.name).name for m in tar.getmembers() if m.isfile()}
+    assert {"bench-tiny-q4_k_m.json", "verify-rows-tiny-q4_k_m.json", "summary.md"} <= packed
+    log = (out / "gpu-check.log").read_text()
+    assert "import numpy, then a load: ok" in log and "python3 -m localspec run: ok" in log
+    assert "write the target alone's text: met" in (out / "summary.md").read_text()

@@ -78,7 +78,25 @@ class TestVerdicts:
         small = report("random-1.5b-f16", [row("oracle-100/8", 9.0, 0.1)])
         lines = gpu_check_report.verdicts([(None, slow), (None, small)])
         assert "Per-step overhead outside llama.cpp <= 0.5 ms: met" in lines[2]
-        assert lines[3:] == ["- oracle-100/8 on 7b-q4_k_m: >= 3.0x target-only: MISSED (median 2.00x)"]
+        assert lines[3:] == [
+            "- oracle-100/8 on 7b-q4_k_m: >= 3.0x target-only: MISSED (median 2.00x)",
+            "- Oracle runs on random-7b-q4_k_m.gguf write the target alone's text: met (1 of 1)",
+            "- Oracle runs on random-1.5b-f16.gguf write the target alone's text: met (1 of 1)",
+        ]
+
+    def test_oracle_runs_whose_text_parted_void_their_speed_ups(self):
+        """From a parting on, the oracle replays a text the target no longer writes."""
+        rows = [row("oracle-100/8", 3.2, 0.1), row("oracle-100/8", 3.4, 0.1), row("oracle-80", 2.0, 0.1)]
+        for r, (index, gap) in zip(rows[1:], ((7, 0.44), (1, 1.67)), strict=True):
+            r.update(identical=False, divergence={"index": index, "gap": gap})
+        lines = gpu_check_report.verdicts([(None, report("random-7b-q4_k_m", rows + [row("draft", 0.8, 0.1, False)]))])
+        assert lines[3] == (
+            "- oracle-100/8 on 7b-q4_k_m: >= 3.0x target-only: met (median 3.30x) (void: the texts parted, below)"
+        )
+        assert lines[4] == (
+            "- Oracle runs on random-7b-q4_k_m.gguf write the target alone's text: MISSED (2 of 3 parted, "
+            "at tokens 1-7, top-2 gaps 0.44-1.67): their speed-ups are void"
+        )  # the draft model's run parting is not the oracle's
 
 
 class TestMain:

@@ -87,7 +87,7 @@ class TestFiles:
     def test_another_seed_is_a_compatible_draft(self, made):
         d, _, draft = made
         assert check_pair(d / "random-tiny-f16.gguf", draft).ok
-        assert read_metadata(draft)[0]["general.name"] == b"random-tiny-seed1"
+        assert read_metadata(draft)[0]["general.name"] == b"random-tiny-seed1-gain0.3"
 
     def test_untied_output_loads(self, tmp_path):
         """The 7B path: an output.weight of its own."""

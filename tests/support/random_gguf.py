@@ -5,7 +5,7 @@ types, not on what its weights say. Files made here have Qwen2.5-0.5B/1.5B/7B's 
 layer sizes, tied or untied output and q/k/v biases, and all share one synthetic 151936-token
 SPM vocabulary, so any two of them make a compatible target/draft pair. (They agree on nothing:
 a draft model's acceptance rate on them says nothing; its cost per token does. Greedy output
-also repeats one token for stretches, so prompt lookup would be accepted far too often.)
+repeats one token (see BLOCK_GAIN), so prompt lookup would be accepted far too often.)
 
 Fast and small: every weight matrix is a *view* into one buffer of random float16 sized for the
 largest matrix plus some slack, taken at a different offset per tensor. GGUFWriter writes each
@@ -48,9 +48,18 @@ _EXPONENT_8 = 8 << 10
 WEIGHT_STD = 0.0189
 # Logits are output rows . (gain x RMS-normed state), std = WEIGHT_STD x sqrt(n_embd) x gain.
 # output_norm's gain is set so that std is LOGIT_STD whatever the width: the top-1/top-2 gap
-# of ~150k such logits then averages ~LOGIT_STD / 4.9, so greedy argmax is rarely a near-tie
-# that rounding differences (GPU vs CPU, batch of 1 vs k) could flip.
+# of ~150k independent such logits would average ~LOGIT_STD / 4.9; with BLOCK_GAIN the state
+# is close to the token's own embedding, and the gap is several times that.
 LOGIT_STD = 8.0
+# Each block's input norms (attn_norm, ffn_norm) have this gain instead of 1. At gain 1 the
+# residual stream is the sum of 28 random blocks' outputs, each tens of times the token's own
+# embedding, and such a random network is chaotic: the rounding differences between llama.cpp's
+# one-token and batched kernels grow, layer by layer, to logit differences of the order of the
+# top-1/top-2 gap, so a verify's argmax differs from the target alone's and an oracle's replay
+# parts from the text it replays. At this gain each block adds a little to the embedding, the
+# differences stay far below the gap, and greedy output repeats one token: good for timing
+# (cost depends only on shapes and types), useless as text.
+BLOCK_GAIN = 0.3
 SLACK = (1 << 20) + 4099  # buffer elements beyond the largest matrix: room for distinct offsets
 _OFFSET_STRIDE = 2654435761  # Knuth's golden-ratio multiplier spreads tensor offsets over the buffer
 
@@ -118,8 +127,10 @@ def file_name(shape: str, ftype: str) -> str:
 
 
 def model_name(shape: str, seed: int) -> str:
-    """general.name: it carries the seed, so a rerun with another seed rewrites the file."""
-    return f"random-{shape}-seed{seed}"
+    """general.name: it carries the seed (and a qwen2 shape's BLOCK_GAIN), so a rerun with
+    another rewrites the file."""
+    gain = "" if SHAPES[shape].hybrid else f"-gain{BLOCK_GAIN:g}"
+    return f"random-{shape}-seed{seed}{gain}"
 
 
 # --- writing one F16 file -------------------------------------------------------------------
@@ -154,25 +165,25 @@ def hybrid_tensors(shape: Shape, buf: np.ndarray) -> Iterator[tuple[str, np.ndar
     # bench's oracle reads; a cost measurement needs only the shapes)
 
 
-def tensors(shape: Shape, buf: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+def tensors(shape: Shape, buf: np.ndarray, block_gain: float = BLOCK_GAIN) -> Iterator[tuple[str, np.ndarray]]:
     """Name and data of every tensor llama.cpp's qwen2 loader wants (llama-model.cpp);
     matrices are views of ``buf``, F16; norms and biases are small F32 arrays."""
     d, d_kv, ff, n_vocab = shape.n_embd, shape.n_embd_kv, shape.n_ff, shape.n_vocab
     slot = itertools.count()
     matrix = lambda rows, cols: _view(buf, next(slot), rows * cols).reshape(rows, cols)
     bias = lambda n: _view(buf, next(slot), n).astype(np.float32)
-    ones = lambda n: np.ones(n, dtype=np.float32)
+    gain = lambda n: np.full(n, block_gain, dtype=np.float32)
     yield "token_embd.weight", matrix(n_vocab, d)
     yield "output_norm.weight", np.full(d, LOGIT_STD / (WEIGHT_STD * np.sqrt(d)), dtype=np.float32)
     if not shape.tied:
         yield "output.weight", matrix(n_vocab, d)
     for i in range(shape.n_layer):
-        yield f"blk.{i}.attn_norm.weight", ones(d)
+        yield f"blk.{i}.attn_norm.weight", gain(d)
         for name, rows in (("attn_q", d), ("attn_k", d_kv), ("attn_v", d_kv)):
             yield f"blk.{i}.{name}.weight", matrix(rows, d)
             yield f"blk.{i}.{name}.bias", bias(rows)
         yield f"blk.{i}.attn_output.weight", matrix(d, d)
-        yield f"blk.{i}.ffn_norm.weight", ones(d)
+        yield f"blk.{i}.ffn_norm.weight", gain(d)
         yield f"blk.{i}.ffn_gate.weight", matrix(ff, d)
         yield f"blk.{i}.ffn_up.weight", matrix(ff, d)
         yield f"blk.{i}.ffn_down.weight", matrix(d, ff)
@@ -214,16 +225,20 @@ def _add_metadata(w: gguf.GGUFWriter, shape_name: str, shape: Shape, seed: int) 
     w.add_chat_template(CHATML)
 
 
-def write_f16(path: Path, shape_name: str, seed: int, shape: Shape | None = None) -> Path:
+def write_f16(
+    path: Path, shape_name: str, seed: int, shape: Shape | None = None, block_gain: float = BLOCK_GAIN
+) -> Path:
     """Write the F16 file under a temporary name and rename it when complete, so a killed
-    run never leaves a file that looks finished. ``shape`` overrides the table (tests)."""
+    run never leaves a file that looks finished. ``shape`` and ``block_gain`` override the
+    table and BLOCK_GAIN (tests)."""
     shape = shape or SHAPES[shape_name]
     buf = random_f16(buffer_len(shape), seed)
     part = path.with_name(path.name + ".part")
     w = gguf.GGUFWriter(str(part), shape.arch)
     try:
         _add_metadata(w, shape_name, shape, seed)
-        for name, data in (hybrid_tensors if shape.hybrid else tensors)(shape, buf):
+        made = hybrid_tensors(shape, buf) if shape.hybrid else tensors(shape, buf, block_gain)
+        for name, data in made:
             w.add_tensor(name, data)
         w.write_header_to_file()
         w.write_kv_data_to_file()
