@@ -25,6 +25,7 @@ from . import costs as _costs
 from .controller import AdaptiveController, Controller, FixedController
 from .costs import CostModel
 from .drafters import Draft, Drafter, NoDrafter
+from .options import MAX_DRAFT
 from .protocol import CachedModel
 from .sampling import (
     SamplingParams,
@@ -126,9 +127,9 @@ class SpeculativeEngine:
         draft_max = max(0, min(budget - 1, room - 1))
         k = min(choice.k, draft_max)
         t0 = _costs.clock()
-        # copies cost no pass: up to the longest draft beside k model drafts, up to the reply's
-        # budget in place of a step of the target alone
-        n_copy = max(k, self.controller.draft_max) if k else draft_max
+        # copies cost no pass: as long as a verify's rows allow and the reply's budget, each
+        # proposing what its gate prices worth verifying (a regenerated reply copies whole runs)
+        n_copy = min(draft_max, MAX_DRAFT)
         copies = [c.draft(context, n_copy, params, rng) for c in self.copiers] if n_copy > 0 else []
         copy = self.controller.pick(copies, k)
         if copy is not None:  # its verdict is the copier's business, not the acceptance's

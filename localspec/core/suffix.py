@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .drafters import Draft, DrafterBase
+from .options import MAX_DRAFT
 from .policy import DEFAULT, Policy
 from .protocol import common_prefix
 from .rules import LookupGate
@@ -266,7 +267,7 @@ class SuffixDrafter(DrafterBase):
         if found is None:
             return Draft()
         source, m, tokens, stop = found
-        depth = min(k, self.policy.suffix_depth)
+        depth = min(k, MAX_DRAFT)  # a walk may run past the match's depth: a verify takes it
         ids, probs = walk(continuations(tokens, m.ends, depth, stop), depth, self.policy.min_path_prob)
         if not ids:
             return Draft()

@@ -19,10 +19,11 @@ from localspec.core.drafters import (
     OracleDrafter,
 )
 from localspec.core.engine import SpeculativeEngine
+from localspec.core.options import MAX_DRAFT
 from localspec.core.policy import DEFAULT as P
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
-from localspec.core.suffix import SuffixDrafter, match_context
+from localspec.core.suffix import SuffixDrafter, build, match_context
 from tests.support.fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits
 from tests.support.forced import fixed
 
@@ -409,11 +410,14 @@ class TestCopiesBesideADraftModel:
         assert d.gate.counts[self.KEY] == pytest.approx([0.95 * 3 + 2, 0.95 * 1 + 1])
 
     def test_in_the_engine_a_trusted_copy_costs_no_draft_pass_and_runs_past_k(self):
+        """... and past the longest model draft: as far as the reply's budget (8: 7 drafts and
+        the target's token) and a verify's rows (options.MAX_DRAFT) allow."""
         model, calls = self.counting_model()
         target = FakeModel(lambda h: np.eye(20, dtype=np.float32)[(h[-1] + 1) % 20] * 10, 20)  # says t + 1
-        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=self.COSTS), self.fixed(2), (self.lookup(),))
+        ctl = self.fixed(2, draft_max=2)
+        engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=self.COSTS), ctl, (self.lookup(),))
         step = next(engine.generate(self.CTX, GREEDY, 8))
-        assert step.drafted == (4, 5, 6, 7, 8, 10) and step.k == 2
+        assert step.drafted == (4, 5, 6, 7, 8, 10, 11) and step.k == 2
         assert calls == [len(self.CTX) - 1]  # the prompt read at the prefill, and no draft pass
 
     def test_in_the_engine_a_verified_copy_is_judged_by_its_verify_not_by_what_followed(self):
@@ -442,3 +446,16 @@ class TestCopiesBesideADraftModel:
         copier = SuffixDrafter(gate=LookupGate(costs))
         engine = SpeculativeEngine(FakeModel(fn, 12), drafter, AdaptiveController(costs, 8), (copier,))
         assert [t for s in engine.generate([3, 4, 5], GREEDY, 60) for t in s.emitted] == ref
+
+
+class TestLongCopies:
+    def test_a_copy_runs_to_what_one_verify_takes_and_no_further(self):
+        """A regenerated reply copied from the history: 32 tokens a verify (options.MAX_DRAFT,
+        the rows llama/backend.py reserves), not the model drafts' 16, with the budget to spare."""
+        reply = list(range(100, 160))
+        history = build([reply])
+        target = FakeModel(lambda h: np.eye(200, dtype=np.float32)[(h[-1] + 1) % 200] * 10, 200)  # says t + 1
+        engine = SpeculativeEngine(target, None, FixedController(CostModel(), 0), (SuffixDrafter(lambda: (history,)),))
+        steps = list(engine.generate(reply[:5], GREEDY, 50))
+        assert [len(s.drafted) for s in steps] == [MAX_DRAFT, 50 - (MAX_DRAFT + 1) - 1]  # each with its bonus token
+        assert [t for s in steps for t in s.emitted] == reply[5:55]

@@ -5,6 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localspec.core.options import MAX_DRAFT
+from localspec.core.policy import DEFAULT as P
 from localspec.core.sampling import SamplingParams
 from localspec.core.suffix import (
     SEP,
@@ -111,6 +113,16 @@ class TestSuffixDrafter:
         history = build([[1, 2, 5, 5]])
         draft = SuffixDrafter(lambda: (history,)).draft([1, 2, 7, 1, 2], 3, GREEDY, None)
         assert draft.ids == (7, 1, 2) and draft.source == "context"
+
+    def test_a_walk_runs_past_the_match_depth_to_what_a_verify_takes(self):
+        """A regenerated reply: the whole earlier reply follows the match, and a copy runs as
+        far as one verify takes (MAX_DRAFT), not the match's depth (suffix_depth, 24)."""
+        reply = list(range(100, 160))
+        history = build([reply])
+        d = SuffixDrafter(lambda: (history,))
+        draft = d.draft(reply[:5], 64, GREEDY, None)
+        assert draft.match == ("history", 4)  # the 5-token match, bucketed
+        assert draft.ids == tuple(reply[5 : 5 + MAX_DRAFT]) and P.suffix_depth < MAX_DRAFT
 
     def test_buckets_group_match_lengths(self):
         assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 24)] == [1, 2, 3, 4, 4, 4, 4]
