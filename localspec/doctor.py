@@ -20,6 +20,7 @@ from .llama.preflight import COMPUTE_OVERHEAD
 LLAMA_CPP_PIN = "0.3.36"  # the llama-cpp-python version pyproject.toml pins
 _PIP = f"pip install --force-reinstall --no-cache-dir llama-cpp-python=={LLAMA_CPP_PIN}"
 REINSTALL = {"cuda": f'CMAKE_ARGS="-DGGML_CUDA=on" {_PIP}', "metal": f'CMAKE_ARGS="-DGGML_METAL=on" {_PIP}'}
+REINSTALL_CPU = _PIP
 GPU_SEEN = {
     "cuda": "an NVIDIA driver is installed (nvidia-smi or /proc/driver/nvidia)",
     "metal": "this is an Apple silicon Mac (Metal)",

@@ -11,8 +11,7 @@ import argparse
 import sys
 
 # first: llama.cpp's libraries load before any other native module (llama/native.py says why)
-from ..llama import native  # noqa: F401  isort: skip
-
+from ..llama import native
 from . import bench, doctor, history, models, run, serve
 
 COMMANDS = (run, models, bench, doctor, serve, history)
@@ -35,11 +34,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        from . import app_args
+    try:
+        if args.command is None:
+            from . import app_args
 
-        return app_args.open_app(args)
-    return int(args.func(args) or 0)
+            return app_args.open_app(args)
+        return int(args.func(args) or 0)
+    except (ImportError, OSError):
+        if native.PROBLEM is None:  # llama.cpp loads: not this
+            raise
+        print(
+            f"error: llama-cpp-python cannot be loaded ({native.PROBLEM}); `localspec doctor` says how to reinstall it",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

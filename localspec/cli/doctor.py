@@ -21,7 +21,7 @@ from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 
-from ..doctor import Diagnosis, Facts, PairFacts, diagnose
+from ..doctor import REINSTALL, REINSTALL_CPU, Diagnosis, Facts, PairFacts, diagnose
 from ..llama import preflight
 from ..models import catalog as cat
 from ..models import downloads
@@ -40,6 +40,16 @@ def register(sub) -> None:
 
 
 def cmd_doctor(args) -> int:
+    from ..llama import native
+
+    if native.PROBLEM:  # nothing below can be read without llama.cpp
+        print(
+            f"llama-cpp-python cannot be loaded ({native.PROBLEM}).\n"
+            f"Reinstall it in this environment ({sys.executable}):\n  {sys.executable} -m {REINSTALL_CPU}\n"
+            f"  (with a GPU: {REINSTALL['cuda']} for CUDA, {REINSTALL['metal']} for Metal)",
+            file=sys.stderr,
+        )
+        return 1
     settings, warning = load_settings()
     if warning:
         print(f"warning: {warning}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The CLI loads llama.cpp's libraries before its other native modules (localspec/cli/__init__.py
 says why): whatever imports it, however it is started."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,41 @@ def test_llama_cpp_before_the_other_native_modules(start):
     for native in ("numpy", "yaml", "pydantic_core", "gguf"):
         if native in asked:
             assert first < asked.index(native), f"{native} was imported before llama_cpp"
+
+
+class TestABuildThatCannotLoad:
+    """llama_cpp raising on import (ctypes could not load libllama): what needs no model runs,
+    what does says so in one line, and doctor says how to reinstall."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def broken(cls, tmp_path_factory):
+        site = tmp_path_factory.mktemp("broken")
+        (site / "llama_cpp").mkdir()
+        (site / "llama_cpp" / "__init__.py").write_text(
+            "raise OSError('libllama.so: cannot open shared object file')\n"
+        )
+        return site
+
+    def localspec(self, site, *args):
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "LOCALSPEC_DATA_DIR": str(site / "data")}
+        return subprocess.run(
+            [sys.executable, "-m", "localspec", *args], capture_output=True, text=True, cwd=ROOT, env=env
+        )
+
+    def test_commands_without_a_model_run(self, broken):
+        assert self.localspec(broken, "--help").returncode == 0
+        assert self.localspec(broken, "history").returncode == 0
+
+    def test_a_command_that_loads_a_model_says_what_failed(self, broken):
+        done = self.localspec(broken, "run", "--target", "no-such.gguf", "hello")
+        assert done.returncode == 1
+        assert done.stderr.strip() == (
+            "error: llama-cpp-python cannot be loaded (OSError: libllama.so: cannot open shared object file); "
+            "`localspec doctor` says how to reinstall it"
+        )
+
+    def test_doctor_gives_the_reinstall_command(self, broken):
+        done = self.localspec(broken, "doctor")
+        assert done.returncode == 1 and "Traceback" not in done.stderr
+        assert f"{sys.executable} -m pip install --force-reinstall --no-cache-dir llama-cpp-python==" in done.stderr
