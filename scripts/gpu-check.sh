@@ -15,7 +15,8 @@
 # that replays the target-only reply with a set share of its tokens corrupted: a controlled
 # acceptance at zero draft cost. The 0.5B-shaped draft model gives the real cost of drafting.
 # Results go to $OUT (the device tool's output folder) or gpu-check-out/: summary.md, the log,
-# and gpu-check.tgz with one JSON and table per target beside them. docs/benchmarks.md says how the figures there were made.
+# and gpu-check.tgz with one JSON and table per target beside them. docs/benchmarks.md says how
+# the figures there were made.
 #
 # Then a hybrid target with its own MTP layer (random weights of Qwen3.5-9B's shape, a 7B-class
 # model: gated delta-net layers beside attention): `localspec bench --mtp` gives an MTP pass
@@ -216,5 +217,5 @@ hybrid_check() {  # $1 models dir, $2 out dir, $3 SHAPE:TYPE, $4 threads; extra 
 case "${1:-}" in
   prepare) prepare ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,23p' "$0"; exit 2 ;;
+  *) sed -n '2,30p' "$0"; exit 2 ;;
 esac
