@@ -165,14 +165,14 @@ def hybrid_tensors(shape: Shape, buf: np.ndarray) -> Iterator[tuple[str, np.ndar
     # bench's oracle reads; a cost measurement needs only the shapes)
 
 
-def tensors(shape: Shape, buf: np.ndarray, block_gain: float = BLOCK_GAIN) -> Iterator[tuple[str, np.ndarray]]:
+def tensors(shape: Shape, buf: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
     """Name and data of every tensor llama.cpp's qwen2 loader wants (llama-model.cpp);
     matrices are views of ``buf``, F16; norms and biases are small F32 arrays."""
     d, d_kv, ff, n_vocab = shape.n_embd, shape.n_embd_kv, shape.n_ff, shape.n_vocab
     slot = itertools.count()
     matrix = lambda rows, cols: _view(buf, next(slot), rows * cols).reshape(rows, cols)
     bias = lambda n: _view(buf, next(slot), n).astype(np.float32)
-    gain = lambda n: np.full(n, block_gain, dtype=np.float32)
+    gain = lambda n: np.full(n, BLOCK_GAIN, dtype=np.float32)
     yield "token_embd.weight", matrix(n_vocab, d)
     yield "output_norm.weight", np.full(d, LOGIT_STD / (WEIGHT_STD * np.sqrt(d)), dtype=np.float32)
     if not shape.tied:
@@ -225,20 +225,16 @@ def _add_metadata(w: gguf.GGUFWriter, shape_name: str, shape: Shape, seed: int) 
     w.add_chat_template(CHATML)
 
 
-def write_f16(
-    path: Path, shape_name: str, seed: int, shape: Shape | None = None, block_gain: float = BLOCK_GAIN
-) -> Path:
+def write_f16(path: Path, shape_name: str, seed: int, shape: Shape | None = None) -> Path:
     """Write the F16 file under a temporary name and rename it when complete, so a killed
-    run never leaves a file that looks finished. ``shape`` and ``block_gain`` override the
-    table and BLOCK_GAIN (tests)."""
+    run never leaves a file that looks finished. ``shape`` overrides the table (tests)."""
     shape = shape or SHAPES[shape_name]
     buf = random_f16(buffer_len(shape), seed)
     part = path.with_name(path.name + ".part")
     w = gguf.GGUFWriter(str(part), shape.arch)
     try:
         _add_metadata(w, shape_name, shape, seed)
-        made = hybrid_tensors(shape, buf) if shape.hybrid else tensors(shape, buf, block_gain)
-        for name, data in made:
+        for name, data in (hybrid_tensors if shape.hybrid else tensors)(shape, buf):
             w.add_tensor(name, data)
         w.write_header_to_file()
         w.write_kv_data_to_file()
