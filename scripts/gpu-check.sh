@@ -77,6 +77,12 @@ prepare() {
 install_python_deps() {
   SITE=${GPU_CHECK_SITE:-/tmp/localspec-gpu-site}
   mkdir -p "$SITE"
+  local spec name
+  for spec in $WHEELS; do  # a bundle prepared before a wheel joined WHEELS lacks it
+    name=${spec%%==*}
+    compgen -G "$BUNDLE/wheels/${name//-/_}-${spec#*==}-*.whl" >/dev/null \
+      || echo "gpu-bundle lacks $spec: run scripts/gpu-check.sh prepare here, not there" >&2
+  done
   python3 -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
     --upgrade --target "$SITE" "$BUNDLE"/wheels/*.whl
   export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}
