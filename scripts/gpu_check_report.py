@@ -42,6 +42,12 @@ def target_section(rep: dict) -> list[str]:
     if draft:
         what = "MTP pass" if rep.get("draft") == "MTP" else "Draft pass"
         lines.append(f"{what}: {draft * 1000:.2f} ms = {draft / t1:.2f} x T(1)")
+    change = rep.get("size_change")
+    if change:
+        lines.append(
+            f"A change of size (1 -> {change['k']} -> 1) adds {change['extra_seconds'] * 1000:.2f} ms = "
+            f"{change['extra_over_t1']:.2f} x T(1) (one-token steps in a run: {change['seconds']['one'] * 1000:.2f} ms)"
+        )
     if curve.get("predicted_at_acceptance"):
         lines.append(
             "Predicted speed-up at acceptance "

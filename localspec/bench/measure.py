@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
-from ..core.costs import CostModel, calibrate
+from ..core.costs import CostModel, calibrate, calibration_tokens, time_one
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from .modes import Oracle, split_mode
@@ -35,6 +36,40 @@ def measure_costs(session, prefix: int = 200, repeats: int = 5) -> CostModel:
     return CostModel(
         *calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix, warmup=1)
     )
+
+
+def size_change(session, k: int = 4, prefix: int = 200, repeats: int = 5, settle: int = 2) -> dict:
+    """What changing the batch size costs beyond each size's steady cost (llama.cpp's CUDA
+    backend re-captures its graph after every change, ``CachedModel.settle``; a CPU pays
+    nothing): rounds of one-token steps, a verify of ``k``, two one-token steps, then ``k``
+    repeated, each size timed steady after ``settle`` untimed; medians, seconds. The cache is
+    restored."""
+    model = session.target
+    saved = list(model.cached)
+    prefix = max(0, min(prefix, model.n_ctx - k))
+    tokens = calibration_tokens(model, prefix + k)
+    one, many = tokens[prefix : prefix + 1], tokens[prefix : prefix + k]
+    timed: dict[str, list[float]] = {"one": [], "k_after_ones": [], "one_after_k": [], "two_after_k": [], "k": []}
+    try:
+        model.truncate(0)
+        if prefix:
+            model.evaluate(tokens[:prefix], 1)
+        model.checkpoint()
+        for _ in range(repeats):
+            for _ in range(settle):
+                time_one(model, one, prefix)
+            timed["one"].append(time_one(model, one, prefix))
+            timed["k_after_ones"].append(time_one(model, many, prefix))
+            timed["one_after_k"].append(time_one(model, one, prefix))
+            timed["two_after_k"].append(time_one(model, one, prefix))
+            for _ in range(settle):
+                time_one(model, many, prefix)
+            timed["k"].append(time_one(model, many, prefix))
+    finally:
+        model.sync(saved)
+    m = {key: median(values) for key, values in timed.items()}
+    extra = m["k_after_ones"] - m["k"] + m["one_after_k"] + m["two_after_k"] - 2 * m["one"]
+    return {"k": k, "seconds": m, "extra_seconds": extra, "extra_over_t1": extra / m["one"]}
 
 
 def run_once(

@@ -275,6 +275,7 @@ def markdown(rep: dict) -> str:
         )
     lines += control_markdown(rep["summary"].get(f"{CONTROL}@0.0"))
     lines += curve_markdown(rep.get("engine_curve"))
+    lines += size_change_markdown(rep.get("size_change"))
     lines += sweep_markdown(rep.get("sweep"))
     mem = rep.get("memory") or {}
     if mem.get("rss_bytes"):
@@ -309,6 +310,19 @@ def curve_markdown(cmp: dict | None) -> list[str]:
         "| engine ÷ direct | " + " | ".join(f"{r[k]['engine_over_direct']:.2f}" for k in ks) + " |",
         f"Engine T(1) {cmp['engine_t1']:.4f} s, direct {cmp['direct_t1']:.4f} s (after the runs, "
         "200 cached tokens, median of 5).",
+    ]
+
+
+def size_change_markdown(change: dict | None) -> list[str]:
+    if not change:
+        return []
+    m, k = change["seconds"], change["k"]
+    return [
+        f"A change of size (a verify of {k} between one-token steps) adds {change['extra_seconds'] * 1000:.2f} ms "
+        f"= {change['extra_over_t1']:.2f} T(1) to the steps around it: T({k}) {m['k_after_ones'] * 1000:.2f} ms "
+        f"after one-token steps, {m['k'] * 1000:.2f} ms repeated; the two one-token steps after it "
+        f"{m['one_after_k'] * 1000:.2f} and {m['two_after_k'] * 1000:.2f} ms, {m['one'] * 1000:.2f} ms in a run "
+        "(median of 5; CUDA re-captures its graph after a change of size).",
     ]
 
 

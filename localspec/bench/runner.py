@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..core.sampling import SamplingParams
-from .measure import WarmRun, measure_costs, run_once
+from .measure import WarmRun, measure_costs, run_once, size_change
 from .modes import parse_fixed, register_modes
 from .report import curve_comparison, report, summarise, sweep_summary
 from .suites import SUITE_MAX_TOKENS
@@ -55,6 +55,7 @@ def run_bench(
     say(done + 1, total, "done")
     rep = report(rows, costs, session, suite, modes, temperatures, repeats)
     rep["engine_curve"] = curve_comparison(session.costs, costs)
+    rep["size_change"] = size_change(session)
     if any(parse_fixed(m) for m in modes):
         rep["sweep"] = sweep_summary(collected)
     return rep

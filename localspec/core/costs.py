@@ -451,8 +451,12 @@ def time_sizes(
     """Seconds of one evaluation of n tokens with n logits rows, after ``prefix`` cached tokens
     (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
     untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
-    lands on different sizes in different rounds. The cache is restored; ``on_top``: one that
-    holds tokens already (a conversation) is timed on top of them instead, and not evaluated again."""
+    lands on different sizes in different rounds. A model that settles (``CachedModel.settle``:
+    on a GPU) has size 1 timed in a run of its own instead, after that many untimed evaluations,
+    as the target alone and a draft model run it: timed after a verify of another size, T(1)
+    would read slow there, and drafting cheap beside it. The cache is restored; ``on_top``: one
+    that holds tokens already (a conversation) is timed on top of them instead, and not
+    evaluated again."""
     saved = list(model.cached)
     sizes = [n for n in sizes if 1 <= n <= model.n_ctx]
     largest = max(sizes, default=1)
@@ -460,23 +464,36 @@ def time_sizes(
     prefix = len(saved) if on_top else max(0, min(prefix, model.n_ctx - largest))
     tokens = calibration_tokens(model, prefix + largest)
     out: dict[int, list[float]] = {n: [] for n in sizes}
+    run = [1] if model.settle and 1 in out else []  # sizes timed in a run of their own
     try:
         if not on_top:
             model.truncate(0)
             if prefix:
                 model.evaluate(tokens[:prefix], 1)
-        model.checkpoint()  # each round is rolled back to the prefix
+        model.checkpoint()  # each evaluation is rolled back to the prefix
+        for n in run:
+            untimed = max(warmup, model.settle)
+            for r in range(untimed + repeats):
+                seconds = time_one(model, tokens[prefix : prefix + n], prefix)
+                if r >= untimed:
+                    out[n].append(seconds)
         for r in range(warmup + repeats):
-            for n in sizes:
-                t0 = clock()
-                model.evaluate(tokens[prefix : prefix + n], n)
-                seconds = clock() - t0
-                model.truncate(prefix)
+            for n in (n for n in sizes if n not in run):
+                seconds = time_one(model, tokens[prefix : prefix + n], prefix)
                 if r >= warmup:
                     out[n].append(seconds)
     finally:
         model.sync(saved)
     return out
+
+
+def time_one(model: CachedModel, tokens: list[int], prefix: int) -> float:
+    """Seconds to evaluate ``tokens`` with a logits row each; the cache is rolled back to ``prefix``."""
+    t0 = clock()
+    model.evaluate(tokens, len(tokens))
+    seconds = clock() - t0
+    model.truncate(prefix)
+    return seconds
 
 
 def calibrate(

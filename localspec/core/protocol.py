@@ -28,6 +28,11 @@ class CachedModel(ABC):
     # Qwen3.5's delta-net layers) keeps snapshots of its last few states, or none (0). Past
     # that depth, a rollback restores the latest ``checkpoint`` and evaluates what follows it.
     rollback_depth: int | None = None
+    # Evaluations of one size in a row before the backend runs that size at its steady cost: 0
+    # on a CPU; llama.cpp's GPU backends 2 (CUDA re-captures its graph after every change of
+    # batch size and runs the next two evaluations without one, up to 1.5x slower). The
+    # calibration times T(1) and a draft pass after this many untimed ones (``costs.time_sizes``).
+    settle: int = 0
 
     def __init__(self) -> None:
         self.cached: list[int] = []

@@ -51,6 +51,10 @@ MAX_LOGIT_ROWS = MAX_DRAFT + 1
 # the n_ctx it is *asked* for; asking for at least this much keeps n_batch >= 256, above any
 # verify (options.MAX_DRAFT + 1 rows), while our own n_ctx stays the one the caller asked for
 MIN_LLAMA_CTX = 256
+# A model on a GPU runs a batch size at its steady cost from the third evaluation of it in a row:
+# ggml-cuda re-captures its CUDA graph after a change of size, and the two evaluations after one
+# run without it (CachedModel.settle). Elsewhere on a GPU the two untimed passes cost milliseconds.
+GPU_SETTLE = 2
 
 
 class ModelLoadError(Exception):
@@ -142,6 +146,7 @@ class LlamaModel(CachedModel):
             raise ModelLoadError(f"{path}: llama.cpp could not create a context of {n_ctx} tokens ({why})")
         loaded = cls(path, model, ctx, min(n_ctx, int(L.llama_n_ctx(ctx))))
         loaded.can_pick = logits_on_gpu(model, gpu_layers)
+        loaded.settle = GPU_SETTLE if supports_gpu_offload() and gpu_layers != 0 else 0
         return loaded
 
     # --- the two primitives --------------------------------------------------------------

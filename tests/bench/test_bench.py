@@ -521,3 +521,36 @@ class TestColdResume:
         assert "give --json" in capsys.readouterr().err
         assert main([*cold_args, "--json", str(tmp_path / "none.json")]) == 2
         assert "does not exist" in capsys.readouterr().err
+
+
+class TestSizeChange:
+    """What a change of batch size costs beyond the steady costs (CUDA re-captures a graph)."""
+
+    def timed_target(self, monkeypatch, penalty: float):
+        from localspec.core import costs
+        from tests.support.fakes import TimedModel, VirtualClock, hashed_logits
+
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+        sizes: list[int] = []
+
+        def seconds(n, call):  # steady from the third evaluation of a size in a row
+            sizes.append(n)
+            return (0.004 + 0.001 * n) * (1.0 if sizes[-3:] == [n] * 3 else penalty)
+
+        target = TimedModel(hashed_logits(10, 64), 64, clock, seconds)
+        target.sync([5, 6, 7])
+        return target
+
+    @pytest.mark.parametrize("penalty", [1.0, 1.5])
+    def test_the_extra_is_what_the_changes_add_and_the_cache_is_kept(self, monkeypatch, penalty):
+        from localspec.bench.measure import size_change
+
+        target = self.timed_target(monkeypatch, penalty)
+        change = size_change(SimpleNamespace(target=target), k=4, prefix=20)
+        m = change["seconds"]
+        assert m["one"] == pytest.approx(0.005) and m["k"] == pytest.approx(0.008)
+        # the verify after one-token steps and the two one-token steps after it pay the penalty
+        assert change["extra_seconds"] == pytest.approx((penalty - 1) * (0.008 + 2 * 0.005))
+        assert change["extra_over_t1"] == pytest.approx(change["extra_seconds"] / 0.005)
+        assert target.cached == [5, 6, 7]

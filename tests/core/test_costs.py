@@ -236,7 +236,31 @@ class TestCalibration:
         assert draft.seconds == 0.0
         # every timed evaluation ran after the 20-token prefix, with a logits row per token
         timed = [call for call in target.decode_calls if call[0] in (1, 2, 4) and call[0] == call[1]]
-        assert len(timed) == 9
+        assert len(timed) == 9  # a CPU's model settles after no untimed evaluation
+
+    def test_one_token_passes_are_timed_as_a_run_of_them_runs(self, monkeypatch):
+        # llama.cpp's CUDA backend: an evaluation runs at its steady cost from the third of its
+        # size in a row (a CUDA graph); the first two after a change of size cost 1.5x
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+
+        def graphs(per_token):
+            sizes: list[int] = []
+
+            def seconds(n, call):
+                sizes.append(n)
+                steady = sizes[-3:] == [n] * 3
+                return (0.004 + per_token * n) * (1.0 if steady else 1.5)
+
+            return seconds
+
+        target = TimedModel(hashed_logits(10, V), V, clock, graphs(0.001))
+        draft = TimedModel(hashed_logits(11, V), V, clock, graphs(0.0005))
+        target.settle = draft.settle = 2  # as llama/backend.py sets it for a model on a GPU
+        curve, draft_cost = calibrate(target, sizes=(1, 2, 4), draft=draft)
+        assert curve.T(1) == pytest.approx(0.005)  # the target alone's step
+        assert curve.T(2) == pytest.approx(0.009) and curve.T(4) == pytest.approx(0.012)  # after another size
+        assert draft_cost.seconds == pytest.approx(0.0045)
 
     def test_tokens_are_distinct_ordinary_ids(self):
         model = FakeModel(hashed_logits(1, V), V)

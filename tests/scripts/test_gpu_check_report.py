@@ -60,6 +60,12 @@ class TestTargetSection:
         assert oracle == "| oracle-100/8 | 3.30 | 2.90 | 0.80 | 3.00 | 0.300 | 0.010 | 3/3 |"
         assert "| draft | 1.10 | 1.10 | 0.80 | 3.00 | 0.600 | 0.010 | 0/1 |" in lines
 
+    def test_what_a_change_of_size_adds(self):
+        change = {"k": 4, "extra_seconds": 0.004, "extra_over_t1": 1.5, "seconds": {"one": 0.0027}}
+        lines = gpu_check_report.target_section({**SEVEN_B, "size_change": change})
+        assert "A change of size (1 -> 4 -> 1) adds 4.00 ms = 1.50 x T(1) (one-token steps in a run: 2.70 ms)" in lines
+        assert not any("change of size" in line for line in gpu_check_report.target_section(SEVEN_B))
+
     def test_an_mtp_target_names_its_pass(self):
         rep = {**SEVEN_B, "draft": "MTP"}
         assert "MTP pass: 1.00 ms = 0.25 x T(1)" in gpu_check_report.target_section(rep)
