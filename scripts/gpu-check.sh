@@ -7,7 +7,8 @@
 #   scripts/gpu-check.sh run            there (16 cores, one GPU, no network; under 10 minutes):
 #                                       build llama.cpp with CUDA from the bundle, write random-weight
 #                                       models of real shapes, run `localspec bench` on them and
-#                                       print the cost curve, per-step overhead and speed-ups
+#                                       print the cost curve, what a change of batch size adds,
+#                                       per-step overhead and speed-ups
 #   scripts/gpu-check.sh run --cpu      a rehearsal of `run` on any machine: the installed llama_cpp,
 #                                       tiny shapes, a few tokens (what CI's tests cannot cover)
 #
@@ -223,5 +224,5 @@ hybrid_check() {  # $1 models dir, $2 out dir, $3 SHAPE:TYPE, $4 threads; extra 
 case "${1:-}" in
   prepare) prepare ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,30p' "$0"; exit 2 ;;
+  *) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 2 ;;
 esac

@@ -58,6 +58,7 @@ def test_without_a_command_it_prints_how_to_call_it():
     assert done.returncode == 2
     assert done.stdout.startswith("# The prepared GPU check")
     assert "scripts/gpu-check.sh run --cpu" in done.stdout
+    assert done.stdout.rstrip().endswith("GPU_CHECK_TOKENS (default 128).")  # the whole header
 
 
 def test_prepare_packs_the_trimmed_source_and_the_wheels(tmp_path):
