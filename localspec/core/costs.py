@@ -452,11 +452,10 @@ def time_sizes(
     (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
     untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
     lands on different sizes in different rounds. A model that settles (``CachedModel.settle``:
-    on a GPU) has size 1 timed in a run of its own instead, after that many untimed evaluations,
-    as the target alone and a draft model run it: timed after a verify of another size, T(1)
-    would read slow there, and drafting cheap beside it. The cache is restored; ``on_top``: one
-    that holds tokens already (a conversation) is timed on top of them instead, and not
-    evaluated again."""
+    on a GPU) has each size timed in a run of its own instead, after that many untimed
+    evaluations: its steady cost, which the verify curve holds (``CachedModel.steady``). The
+    cache is restored; ``on_top``: one that holds tokens already (a conversation) is timed on
+    top of them instead, and not evaluated again."""
     saved = list(model.cached)
     sizes = [n for n in sizes if 1 <= n <= model.n_ctx]
     largest = max(sizes, default=1)
@@ -464,14 +463,14 @@ def time_sizes(
     prefix = len(saved) if on_top else max(0, min(prefix, model.n_ctx - largest))
     tokens = calibration_tokens(model, prefix + largest)
     out: dict[int, list[float]] = {n: [] for n in sizes}
-    run = [1] if model.settle and 1 in out else []  # sizes timed in a run of their own
+    run = sizes if model.settle else []  # sizes timed in a run of their own
     try:
         if not on_top:
             model.truncate(0)
             if prefix:
                 model.evaluate(tokens[:prefix], 1)
         model.checkpoint()  # each evaluation is rolled back to the prefix
-        for n in run:
+        for n in run:  # each after a change of size: ``settle`` untimed evaluations
             untimed = max(warmup, model.settle)
             for r in range(untimed + repeats):
                 seconds = time_one(model, tokens[prefix : prefix + n], prefix)

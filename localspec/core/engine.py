@@ -194,7 +194,8 @@ class SpeculativeEngine:
         self, draft: Draft, copy: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify
     ):
         costs = self.controller.costs
-        costs.observe_verify(n_verified, t_verify)
+        if self.target.steady:  # the curve holds steady costs (CachedModel.settle)
+            costs.observe_verify(n_verified, t_verify)
         if draft.read_seconds > 0:  # the first pass caught up: timed as reading, not drafting
             costs.observe_read(draft.n_read, draft.read_seconds)
             costs.observe_draft(draft.n_evals - 1, t_draft - draft.read_seconds)

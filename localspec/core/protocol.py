@@ -30,12 +30,21 @@ class CachedModel(ABC):
     rollback_depth: int | None = None
     # Evaluations of one size in a row before the backend runs that size at its steady cost: 0
     # on a CPU; llama.cpp's GPU backends 2 (CUDA re-captures its graph after every change of
-    # batch size and runs the next two evaluations without one, up to 1.5x slower). The
-    # calibration times T(1) and a draft pass after this many untimed ones (``costs.time_sizes``).
+    # batch size and runs the next two evaluations without one, up to 1.5x slower). The verify
+    # curve holds steady costs: the calibration times each size after this many untimed
+    # evaluations (``costs.time_sizes``), and a verify that was not ``steady`` is no sample.
     settle: int = 0
 
     def __init__(self) -> None:
         self.cached: list[int] = []
+        self._sizes: list[int] = []  # the latest evaluations' sizes, newest last (``steady``)
+
+    @property
+    def steady(self) -> bool:
+        """Whether the latest evaluation ran at its size's steady cost: always where the backend
+        does not ``settle``, else when the ``settle`` evaluations before it had its size too."""
+        recent = self._sizes[-(self.settle + 1) :]
+        return self.settle == 0 or (len(recent) == self.settle + 1 and len(set(recent)) == 1)
 
     # --- what a backend implements -------------------------------------------------------
     @abstractmethod
@@ -85,6 +94,7 @@ class CachedModel(ABC):
             raise ContextFull(f"{len(self.cached) + len(tokens)} tokens > context {self.n_ctx}")
         rows = decode(tokens, len(self.cached), n_logits)
         self.cached.extend(int(t) for t in tokens)
+        self._sizes = [*self._sizes[-self.settle :], len(tokens)] if self.settle else []
         return rows
 
     def truncate(self, n: int) -> None:

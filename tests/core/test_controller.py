@@ -476,6 +476,51 @@ CASES = {
 }
 
 
+def graph_like(n):  # a GPU's steady cost of a verify of n: flat, then rising
+    return 0.004 * (1.0 + 0.1 * min(n - 1, 7) + 0.01 * max(n - 8, 0))
+
+
+GRAPH_EXTRA = 0.0012  # CUDA: an evaluation after a change of batch size runs without its graph
+
+
+def run_settling(monkeypatch, alpha, steps=300, settle=2):
+    """The engine on a backend that settles: an evaluation costs graph_like(n) once the two
+    before it had its size, GRAPH_EXTRA more otherwise. Returns the engine's T(1)."""
+    clock = VirtualClock()
+    monkeypatch.setattr(costs_module, "clock", clock)
+    fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+    sizes: list[int] = []
+
+    def seconds(n, call):
+        sizes.append(n)
+        return graph_like(n) + (0.0 if sizes[-3:] == [n] * 3 else GRAPH_EXTRA)
+
+    target = TimedModel(fn, V, clock, seconds)
+    target.settle = settle
+    verify, _ = calibrate(target, (1, 2, 3, 4, 6, 8))
+    ctl = AdaptiveController(CostModel(verify, 0.0014), draft_max=16)
+    drafter = NoisyOracleDrafter(fn, alpha, clock, 0.0014, seed=7)
+    run_settling.steps = list(SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, steps))
+    return ctl.costs.T(1)
+
+
+class TestSettlingBackend:
+    """On a GPU a change of batch size costs more than either size; the curve holds each size's
+    steady cost, so 1 / T(1), the target alone's speed every speed-up is shown against, stays
+    the target alone's (and drafting, whose verifies change size, does not move it)."""
+
+    @pytest.mark.parametrize("alpha", [0.0, 0.8, 0.97])
+    def test_the_target_alone_speed_stays_its_steady_one(self, monkeypatch, alpha):
+        t1 = run_settling(monkeypatch, alpha)
+        assert t1 == pytest.approx(graph_like(1), rel=0.05)
+        if alpha > 0.9:  # it drafted, at sizes that change
+            assert len({s.k for s in run_settling.steps}) > 2
+
+    def test_a_backend_that_says_it_does_not_settle_reads_the_changes_into_t1(self, monkeypatch):
+        # (what the flag is for: without it the interleaved calibration reads T(1) after other sizes)
+        assert run_settling(monkeypatch, 0.97, settle=0) > 1.15 * graph_like(1)
+
+
 class TestShortDrafts:
     def test_a_try_fits_a_longest_draft_shorter_than_probe_k(self):
         # a request's draft_max of 1: a try drafts 1, not policy.probe_k (2)

@@ -238,7 +238,7 @@ class TestCalibration:
         timed = [call for call in target.decode_calls if call[0] in (1, 2, 4) and call[0] == call[1]]
         assert len(timed) == 9  # a CPU's model settles after no untimed evaluation
 
-    def test_one_token_passes_are_timed_as_a_run_of_them_runs(self, monkeypatch):
+    def test_on_a_backend_that_settles_each_size_is_timed_in_a_run_of_it(self, monkeypatch):
         # llama.cpp's CUDA backend: an evaluation runs at its steady cost from the third of its
         # size in a row (a CUDA graph); the first two after a change of size cost 1.5x
         clock = VirtualClock()
@@ -258,8 +258,8 @@ class TestCalibration:
         draft = TimedModel(hashed_logits(11, V), V, clock, graphs(0.0005))
         target.settle = draft.settle = 2  # as llama/backend.py sets it for a model on a GPU
         curve, draft_cost = calibrate(target, sizes=(1, 2, 4), draft=draft)
-        assert curve.T(1) == pytest.approx(0.005)  # the target alone's step
-        assert curve.T(2) == pytest.approx(0.009) and curve.T(4) == pytest.approx(0.012)  # after another size
+        # every size at its steady cost: the target alone's step, a verify of a run of one size
+        assert [curve.T(n) for n in (1, 2, 4)] == pytest.approx([0.005, 0.006, 0.008])
         assert draft_cost.seconds == pytest.approx(0.0045)
 
     def test_tokens_are_distinct_ordinary_ids(self):

@@ -27,6 +27,20 @@ class TestEvaluate:
             m.evaluate([4, 5])
         assert m.cached == [1, 2, 3]  # the refused tokens were never added
 
+    def test_steady_once_the_settle_evaluations_before_had_the_same_size(self):
+        m = model(n_ctx=64)
+        m.evaluate([1, 2, 3])
+        assert m.steady  # a CPU's model (settle 0) runs every evaluation at its steady cost
+        m.settle = 2  # a GPU's: the two evaluations after a change of size run without a graph
+        seen = []
+        for tokens in ([4], [5], [6], [7, 8], [9], [10], [11], [12]):
+            m.evaluate(tokens)
+            seen.append(m.steady)
+        assert seen == [False, False, True, False, False, False, True, True]
+        m.truncate(3)  # a rollback evaluates nothing: the sizes stand
+        m.evaluate([13])
+        assert m.steady
+
     def test_truncate_rolls_back(self):
         m = model()
         m.evaluate([1, 2, 3, 4])
