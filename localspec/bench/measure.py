@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from ..core.costs import CostModel, calibrate, calibration_tokens, time_one
+from ..core.costs import CostModel, calibrate, time_one, timing_prefix
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from .modes import Oracle, split_mode
@@ -45,16 +45,9 @@ def size_change(session, k: int = 4, prefix: int = 200, repeats: int = 5, settle
     repeated, each size timed steady after ``settle`` untimed; medians, seconds. The cache is
     restored."""
     model = session.target
-    saved = list(model.cached)
-    prefix = max(0, min(prefix, model.n_ctx - k))
-    tokens = calibration_tokens(model, prefix + k)
-    one, many = tokens[prefix : prefix + 1], tokens[prefix : prefix + k]
     timed: dict[str, list[float]] = {"one": [], "k_after_ones": [], "one_after_k": [], "two_after_k": [], "k": []}
-    try:
-        model.truncate(0)
-        if prefix:
-            model.evaluate(tokens[:prefix], 1)
-        model.checkpoint()
+    with timing_prefix(model, k, prefix) as (tokens, prefix):
+        one, many = tokens[prefix : prefix + 1], tokens[prefix : prefix + k]
         for _ in range(repeats):
             for _ in range(settle):
                 time_one(model, one, prefix)
@@ -65,8 +58,6 @@ def size_change(session, k: int = 4, prefix: int = 200, repeats: int = 5, settle
             for _ in range(settle):
                 time_one(model, many, prefix)
             timed["k"].append(time_one(model, many, prefix))
-    finally:
-        model.sync(saved)
     m = {key: median(values) for key, values in timed.items()}
     extra = m["k_after_ones"] - m["k"] + m["one_after_k"] + m["two_after_k"] - 2 * m["one"]
     return {"k": k, "seconds": m, "extra_seconds": extra, "extra_over_t1": extra / m["one"]}

@@ -29,10 +29,11 @@ from here, so an estimate that is wrong is wrong everywhere: it has to be robust
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from statistics import median
 
 import numpy as np
@@ -456,20 +457,10 @@ def time_sizes(
     evaluations: its steady cost, which the verify curve holds (``CachedModel.steady``). The
     cache is restored; ``on_top``: one that holds tokens already (a conversation) is timed on
     top of them instead, and not evaluated again."""
-    saved = list(model.cached)
     sizes = [n for n in sizes if 1 <= n <= model.n_ctx]
-    largest = max(sizes, default=1)
-    on_top = on_top and 0 < len(saved) <= model.n_ctx - largest
-    prefix = len(saved) if on_top else max(0, min(prefix, model.n_ctx - largest))
-    tokens = calibration_tokens(model, prefix + largest)
     out: dict[int, list[float]] = {n: [] for n in sizes}
     run = sizes if model.settle else []  # sizes timed in a run of their own
-    try:
-        if not on_top:
-            model.truncate(0)
-            if prefix:
-                model.evaluate(tokens[:prefix], 1)
-        model.checkpoint()  # each evaluation is rolled back to the prefix
+    with timing_prefix(model, max(sizes, default=1), prefix, on_top) as (tokens, prefix):
         for n in run:  # each after a change of size: ``settle`` untimed evaluations
             untimed = max(warmup, model.settle)
             for r in range(untimed + repeats):
@@ -481,9 +472,30 @@ def time_sizes(
                 seconds = time_one(model, tokens[prefix : prefix + n], prefix)
                 if r >= warmup:
                     out[n].append(seconds)
+    return out
+
+
+@contextlib.contextmanager
+def timing_prefix(
+    model: CachedModel, largest: int, prefix: int = CALIBRATION_PREFIX, on_top: bool = False
+) -> Iterator[tuple[list[int], int]]:
+    """The cache set up for timing evaluations of up to ``largest`` tokens: ``prefix`` cached
+    tokens of calibration text (fewer where the context is short), or with ``on_top`` the
+    conversation it holds; checkpointed, so each evaluation rolls back to it (``time_one``).
+    Yields the calibration tokens and the prefix's length; the cache is restored after."""
+    saved = list(model.cached)
+    on_top = on_top and 0 < len(saved) <= model.n_ctx - largest
+    prefix = len(saved) if on_top else max(0, min(prefix, model.n_ctx - largest))
+    tokens = calibration_tokens(model, prefix + largest)
+    try:
+        if not on_top:
+            model.truncate(0)
+            if prefix:
+                model.evaluate(tokens[:prefix], 1)
+        model.checkpoint()
+        yield tokens, prefix
     finally:
         model.sync(saved)
-    return out
 
 
 def time_one(model: CachedModel, tokens: list[int], prefix: int) -> float:

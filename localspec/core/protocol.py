@@ -43,8 +43,10 @@ class CachedModel(ABC):
     def steady(self) -> bool:
         """Whether the latest evaluation ran at its size's steady cost: always where the backend
         does not ``settle``, else when the ``settle`` evaluations before it had its size too."""
+        if self.settle == 0:
+            return True
         recent = self._sizes[-(self.settle + 1) :]
-        return self.settle == 0 or (len(recent) == self.settle + 1 and len(set(recent)) == 1)
+        return len(recent) == self.settle + 1 and len(set(recent)) == 1
 
     # --- what a backend implements -------------------------------------------------------
     @abstractmethod
