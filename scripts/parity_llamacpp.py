@@ -106,7 +106,11 @@ CALLED = re.compile(rb"called impl \S+, hist size = (\d+), call_count = \d+, gen
 PARTIAL = re.compile(rb"partial acceptance: (\d+) < (\d+)")
 ACCEPTED = re.compile(rb"accepted (\d+)/(\d+) draft tokens, the last target token is: \((-?\d+)\)")
 SUMMARY = re.compile(rb"(n_drafted|n_accept)\s+=\s+(\d+)")
-P_TOL = 0.0006  # llama.cpp prints a candidate's p with 3 decimals, localspec's are kept to 4
+# llama.cpp prints a candidate's p with 3 decimals (off by up to 0.0005), localspec's are kept to 4
+# (0.00005), and the fixture is checked on CPUs other than the one that wrote it, whose kernels
+# sum in another order: on a Zen 4 EPYC (AVX-512) the Gemma 4 assistant's p sat up to 0.0002
+# further from the fixture's, written on an AVX2 machine. Wrong states move p by far more.
+P_TOL = 0.001
 
 Candidates = tuple[tuple[int, float], ...]  # one draft pass's top 3: (token, p over its top 10)
 
@@ -357,8 +361,22 @@ def same(a: Step | None, b: Step | None) -> bool:
 def same_candidates(a: Step | None, b: Step | None) -> bool:
     if not same(a, b) or a is None or b is None or len(a.candidates) != len(b.candidates):
         return False
-    pairs = [(x, y) for pa, pb in zip(a.candidates, b.candidates) for x, y in zip(pa, pb, strict=True)]
-    return all(x[0] == y[0] and abs(x[1] - y[1]) <= P_TOL for x, y in pairs)
+    return all(same_top(pa, pb) for pa, pb in zip(a.candidates, b.candidates))
+
+
+def same_top(pa: Candidates, pb: Candidates) -> bool:
+    """The same p at every rank, and the same token but where two ranks tie (p within P_TOL in
+    either list): another CPU's sums may swap a tie of runners-up, which no draft reads."""
+    for i, (x, y) in enumerate(zip(pa, pb, strict=True)):
+        if abs(x[1] - y[1]) > P_TOL or (x[0] != y[0] and not (_tied(pa, i) or _tied(pb, i))):
+            return False
+    return True
+
+
+def _tied(candidates: Candidates, i: int) -> bool:
+    """Rank i's p is within P_TOL of a neighbour's (or it is the last shown: its runner-up is not)."""
+    ps = [p for _, p in candidates]
+    return i == len(ps) - 1 or any(abs(ps[i] - ps[j]) <= P_TOL for j in (i - 1, i + 1) if 0 <= j < len(ps))
 
 
 def compare(check: str, n: int, lc: Run, ls: Run, n_tokens: int) -> Verdict:

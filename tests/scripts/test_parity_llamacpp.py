@@ -117,6 +117,19 @@ class TestCompare:
         assert (v.matching, v.same_candidates, v.ok) == (1, 0, False)
 
     @pytest.mark.parametrize(
+        "ours, same",
+        [
+            (((1, 0.5004), (3, 0.0755), (2, 0.0754)), True),  # tied runners-up swapped by another CPU's sums
+            (((1, 0.5004), (2, 0.0755), (4, 0.0750)), True),  # the last shown: its runner-up is not shown
+            (((2, 0.5004), (1, 0.0755), (3, 0.0754)), False),  # the top swapped with a runner-up far below it
+            (((1, 0.5004), (2, 0.0775), (3, 0.0754)), False),  # a p off by 0.0015
+        ],
+    )
+    def test_a_tie_may_swap_ranks_and_nothing_else(self, ours, same):
+        theirs = ((1, 0.5), (2, 0.076), (3, 0.075))
+        assert parity.same_top(theirs, ours) is same
+
+    @pytest.mark.parametrize(
         "theirs_text, ours_text, same",
         [
             (b"abcd", b"abc", True),  # llama.cpp runs past the budget
