@@ -1,19 +1,9 @@
 """Choosing the draft length k each step: the one that maximises expected tokens per second
-here (``costs.speeds``: Leviathan et al. 2023 with the measured T(n) and draft pass).
-
-On a compute-bound target T(n) grows almost linearly and k = 0, the target alone, often wins;
-on a memory-bound one (a big model, a GPU) T(n) is nearly flat and long drafts pay. The parts,
-each with one job:
-
-- ``estimates.Acceptance``: the per-token acceptance estimate, from a prior that is what this
-  pair measured here before (its profile) or a reasoned default, weighted so one step cannot
-  overturn it;
-- ``estimates.SpeedGuard``: drafting must also *measure* at least as fast as the target alone;
-- ``budget.Tries``: tries of drafting while it is off, within a budget;
-- ``AdaptiveController`` puts them together; ``FixedController`` is ``--no-adapt``.
-
-Each step's decision is a ``choice.Choice`` with its ``Reason``; ``explain`` puts it in words.
-"""
+here (``costs.speeds``), k = 0 (the target alone) among the candidates, from the acceptance
+and the measured speed (``estimates``), with tries while drafting is off (``budget.Tries``).
+On a compute-bound target T(n) grows almost linearly and k = 0 often wins; on a memory-bound one
+(a big model, a GPU) T(n) is nearly flat and long drafts pay. Each step's decision is a
+``choice.Choice`` with its ``Reason``; ``explain`` puts it in words."""
 
 from __future__ import annotations
 
@@ -21,7 +11,7 @@ import copy as _copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import TypeAlias
 
 import numpy as np
 
@@ -33,38 +23,9 @@ from .estimates import Acceptance, SpeedGuard
 from .policy import DEFAULT, Policy
 
 
-class Controller(Protocol):
-    """What the engine asks of a controller."""
-
-    costs: CostModel
-    draft_max: int
-    acceptance: Acceptance
-
-    def choose(self, behind: Callable[[], int] | None = None) -> Choice: ...
-
-    def state(self) -> Choice:
-        """The choice that explains drafting now: the last step's, or before any step what
-        one would choose."""
-        ...
-
-    def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        """The free proposal (a copy) this step verifies in place of ``k`` drafts, if any."""
-        ...
-
-    def begin_reply(self) -> None: ...
-
-    def wants_prefill(self) -> bool: ...
-
-    def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
-        """A verify kept ``n_accepted`` of ``n_drafted`` drafts, made in ``passes`` draft passes."""
-        ...
-
-    def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None: ...
-
-
 class FixedController:
-    """``--no-adapt``: ``k`` drafts every step (0: the target alone); nothing is tried, guarded
-    or measured. The acceptance is counted only for the predicted speed-up."""
+    """``--no-adapt``: ``k`` drafts every step (0: the target alone), nothing tried or guarded;
+    the acceptance is counted for the predicted speed-up only."""
 
     def __init__(self, costs: CostModel, k: int, reason: str = "fixed: --no-adapt", policy: Policy = DEFAULT) -> None:
         self.costs, self.k, self.draft_max = costs, k, k
@@ -98,41 +59,17 @@ class FixedController:
         pass
 
 
-def best_k(rates: np.ndarray, policy: Policy) -> int:
-    """The k of the best expected rate, or 0 where it is not ``policy.min_gain`` better than none."""
-    k = int(np.argmax(rates))
-    return k if rates[k] >= policy.min_gain * rates[0] else 0
-
-
 def best_gain(rates: np.ndarray) -> float:
-    """The best expected rate over the target alone's (k = 0 among the candidates)."""
     return float(rates.max() / rates[0])
-
-
-def off_choice(rates: np.ndarray, alpha: float, k_model: int, guard_tps: float | None) -> Choice:
-    """A step without drafting: the learnt acceptance does not pay or, where the model wants
-    ``k_model`` > 0 drafts, the guard measured drafting slower than the target alone."""
-    base = float(rates[0])
-    best = float(rates[1:].max() / base) if len(rates) > 1 else 0.0
-    off = Choice(0, base, base, reason=Reason.ACCEPTANCE, alpha=alpha, best_speedup=best)
-    return replace(off, reason=Reason.GUARD, best_k=k_model, guard_tps=guard_tps or 0.0) if k_model else off
-
-
-def hardware_choice(off: Choice, perfect_rates: np.ndarray) -> Choice:
-    """Off for good: even a draft the target always accepts could not pay here."""
-    best = float(perfect_rates[1:].max() / perfect_rates[0])
-    return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best, guard_tps=None)
 
 
 def pick_copy(
     copies: Sequence[Draft], costs: CostModel, rates: Callable[[], np.ndarray], k: int, policy: Policy
 ) -> Draft | None:
-    """The copy a step verifies in place of ``k`` model drafts (``rates()``: ``costs.speeds`` at
-    the learnt acceptance, computed only where a copy was proposed beside drafts). Beside
-    drafts, the copy of the best expected tokens per second (at its source's acceptance for it,
-    with no draft pass) where that beats the drafts' by ``policy.min_gain``. In place of a step
-    of the target alone (k = 0), or before anything is timed, the first copy proposed: its gate
-    proposes only what promises ``policy.min_gain`` over the target alone (``rules.LookupGate``)."""
+    """The copy a step verifies in place of ``k`` drafts (``rates()``: ``costs.speeds`` at the
+    learnt acceptance). Beside drafts, the copy of the best expected rate (its source's
+    acceptance, no draft pass) where it beats the drafts' by ``min_gain``; in place of the
+    target alone (k = 0), or before anything is timed, the first proposed: its gate priced it."""
     proposed = [c for c in copies if c.ids]
     if not proposed or k == 0 or not costs.verify:
         return proposed[0] if proposed else None
@@ -145,8 +82,9 @@ def pick_copy(
 
 
 class AdaptiveController:
-    """The best k at the learnt acceptance while the guard agrees, else tries as a budget affords.
-    ``gated``: k is a cap, a lookup gate weighs each proposal; ``extend_when_sure``: see MarginalRule."""
+    """The best k at the learnt acceptance while the guard agrees, else tries as the budget
+    affords. ``gated``: k is a cap, a gate weighs each proposal (prompt lookup);
+    ``extend_when_sure``: a draft sure of its tokens may run past k (``rules.MarginalRule``)."""
 
     def __init__(
         self,
@@ -159,21 +97,19 @@ class AdaptiveController:
     ) -> None:
         self.costs, self.draft_max, self.gated, self.extend_when_sure = costs, draft_max, gated, extend_when_sure
         self.policy = policy
-        self.acceptance = Acceptance(prior, policy)
-        self.guard = SpeedGuard(policy)
-        self.tries = Tries(policy)
+        self.acceptance, self.guard, self.tries = Acceptance(prior, policy), SpeedGuard(policy), Tries(costs, policy)
         self.drafted = self.resumed = False  # anything verified yet; the last try found drafting pays
         # this reply's steps; whether its opening keeps drafting on; the last verify's drafts
         self._steps, self._protected, self._last_drafted = 0, False, 0
-        self.last: Choice | None = None  # the last step's choice
+        self.last: Choice | None = None
 
     @property
     def alpha(self) -> float:
         return self.acceptance.alpha
 
     def speeds(self, alpha: float | None = None) -> np.ndarray:
-        """costs.speeds, k = 0..draft_max, at the learnt acceptance and proposal rate (``alpha``
-        given: a drafter of that acceptance that always proposes)."""
+        """costs.speeds for k = 0..draft_max at the learnt acceptance and proposal rate, or at
+        ``alpha`` for a drafter that always proposes."""
         if alpha is not None:
             return speeds(self.costs, alpha, self.draft_max)
         return speeds(self.costs, self.alpha, self.draft_max, propose=self.acceptance.propose)
@@ -183,35 +119,37 @@ class AdaptiveController:
         return best_gain(self.speeds(1.0))
 
     def model_k(self, rates: np.ndarray | None = None) -> int:
-        """The k the model wants (a gate's cap whenever the hardware could pay)."""
+        """The k the speed model wants (gated: the cap, wherever the hardware could pay)."""
         if not self.costs.verify:
             return min(self.policy.probe_k, self.draft_max)
         if self.gated:
             return self.draft_max if self.best_case() >= self.policy.min_gain else 0
-        return best_k(self.speeds() if rates is None else rates, self.policy)
+        rates = self.speeds() if rates is None else rates
+        k = int(np.argmax(rates))  # the best expected rate, where it is min_gain better than none
+        return k if rates[k] >= self.policy.min_gain * rates[0] else 0
 
     def on(self) -> bool:
-        """Whether a step now would draft at the model's k (not a try)."""
+        """Whether a step now would draft at the model's k (not as a try)."""
         return self.model_k() > 0 and (not self.costs.verify or self._opening() or self.guard.pays(1 / self.costs.T(1)))
 
     def _opening(self) -> bool:
         return self._protected and self._steps <= self.policy.opening_steps
 
     def begin_reply(self) -> None:
-        """A reply starts: its opening keeps drafting on if it is on (or not yet judged) now."""
+        """A reply's opening keeps drafting on if it is on now (judged as if without an opening)."""
         self.guard.begin_reply()
         self.acceptance.begin_reply()
         self._steps, self._protected = 0, False
-        self._protected = self.on()  # (judged as if there were no opening)
+        self._protected = self.on()
 
     def wants_prefill(self) -> bool:
-        """Whether the draft model reads the prompt up front: drafting is on, or nothing was
-        drafted yet and the hardware could pay (a first try comes after the opening)."""
+        """The draft reads the prompt up front: drafting is on, or nothing was drafted yet and
+        the hardware could pay (a first try comes after the opening)."""
         hardware = bool(self.costs.verify) and self.best_case() >= self.policy.min_gain
         return self.on() or (not self.drafted and hardware)
 
     def choose(self, behind: Callable[[], int] | None = None) -> Choice:
-        """This step's k and why; ``behind()``: tokens the drafter must read first (asked for a try)."""
+        """This step's k and why; ``behind()``: the tokens the draft must read first (for a try's price)."""
         self._steps += 1
         self.last = self._choose(behind)
         return self.last
@@ -220,7 +158,7 @@ class AdaptiveController:
         return pick_copy(copies, self.costs, self.speeds, min(k, self.draft_max), self.policy)
 
     def state(self) -> Choice:
-        """The last step's choice; before any, what one would choose now (on a copy: nothing spent)."""
+        """The last step's choice; before any, what one would be now (on a copy: nothing spent)."""
         if self.last is not None:
             return self.last
         return _copy.deepcopy(self).choose(lambda: self.tries.behind)
@@ -235,59 +173,60 @@ class AdaptiveController:
         if self.tries.started and self.tries.left == 0 and (self.guard.judged or not drafting):
             self.resumed = drafting  # the try's trial is over: drafting pays again, or not
             self.tries.judged(drafting)
-        if drafting:
-            self.tries.left = self.tries.steps_off = 0
-            return self._on(k, rates)
-        return self._off(k, rates, behind)
-
-    def _on(self, k: int, rates: np.ndarray) -> Choice:
-        base = float(rates[0])
-        alpha, resumed = self.alpha, self.resumed
+        if not drafting:
+            return self._off(k, rates, behind)
+        self.tries.left = self.tries.steps_off = 0
+        base, alpha = float(rates[0]), self.alpha
         if self.gated:  # the gate predicts each proposal, not the controller
-            return Choice(k, math.nan, base, reason=Reason.GATED, alpha=alpha, best_k=k, resumed=resumed)
-        draft_max = self.draft_max if self.extend_when_sure else 0
-        speedup = float(rates[k] / base)
+            return Choice(k, math.nan, base, reason=Reason.GATED, alpha=alpha, best_k=k, resumed=self.resumed)
+        draft_max, speedup = self.draft_max if self.extend_when_sure else 0, float(rates[k] / base)
         return Choice(
-            k, float(rates[k]), base, draft_max=draft_max, alpha=alpha, best_k=k, best_speedup=speedup, resumed=resumed
+            k, float(rates[k]), base, draft_max, alpha=alpha, best_k=k, best_speedup=speedup, resumed=self.resumed
         )
 
     def _off(self, k_model: int, rates: np.ndarray, behind: Callable[[], int] | None) -> Choice:
-        """Off: the model wants no drafting at the learnt acceptance, or the guard measured it
-        slower. A try is a trial of ``policy.trial_steps`` steps: at the model's k where only the
-        guard said no, else at ``policy.probe_k``; it is made once the budget affords its price
-        (a first try, before anything was drafted, once the opening is over)."""
-        probe_k = min(self.policy.probe_k, self.draft_max)
+        """Off: the learnt acceptance does not pay or (``k_model`` > 0) the guard measured drafting
+        slower. A try is a trial at the model's k where only the guard said no, else at
+        ``probe_k``, made once the budget affords its price (a first try: once the opening is over)."""
+        probe_k, base = min(self.policy.probe_k, self.draft_max), float(rates[0])
         self.resumed = False
-        off = replace(off_choice(rates, self.alpha, k_model, self.guard.rate), propose=self.acceptance.propose)
+        best = float(rates[1:].max() / base) if len(rates) > 1 else 0.0
+        off = Choice(0, base, base, reason=Reason.ACCEPTANCE, alpha=self.alpha, best_speedup=best)
+        if k_model:
+            off = replace(off, reason=Reason.GUARD, best_k=k_model, guard_tps=self.guard.rate or 0.0)
+        off = replace(off, propose=self.acceptance.propose)
         trying = replace(off, reason=Reason.TRY, k=probe_k, predicted_tps=float(rates[probe_k]))
         if self.tries.left > 0:
             self.tries.left -= 1
             return trying
         perfect = self.speeds(1.0)
-        if best_gain(perfect) < self.policy.min_gain:  # the hardware rules drafting out, whatever the acceptance
-            return hardware_choice(off, perfect)
+        if best_gain(perfect) < self.policy.min_gain:  # even drafts always accepted could not pay here
+            best = float(perfect[1:].max() / perfect[0])
+            return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best, guard_tps=None)
         waits = self._steps <= self.policy.opening_steps and not (self._protected or self.drafted)
         k, guard = probe_k if self.gated or k_model == 0 else k_model, self.guard if k_model else None
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes
         reach = speeds(self.costs, 1.0, self.draft_max, propose=self.acceptance.propose)
         stake = (best_gain(reach) - 1.0) * self.costs.T(1)
-        if waits or not self.tries.due(self.costs, rates, k, guard, behind, stake, self.drafted):
+        if waits or not self.tries.due(rates, k, guard, behind, stake, self.drafted):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
         self.tries.start(self.guard, k_model)
         return replace(trying, k=k_model, predicted_tps=float(rates[k_model])) if k_model else trying
 
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
         self._last_drafted = n_drafted
-        if n_drafted > 0:
-            self.drafted = True
+        self.drafted = self.drafted or n_drafted > 0
         self.acceptance.observe(n_drafted, n_accepted, passes)
 
     def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
-        """Tokens/s of a step that spent something on drafting (``passes`` draft passes, by
-        default one a draft token, or a verify row); the opening's steps are not the guard's."""
+        """A step that spent on drafting (``passes`` draft passes, by default one a draft token)
+        made ``n_tokens`` in ``seconds``; the opening's steps are not the guard's."""
         self.drafted = True
         if self._opening():
             return
         n = self._last_drafted
         modelled = (n if passes is None else passes) * self.costs.t_draft + self.costs.T(n + 1)
         self.guard.observe(n_tokens, seconds, modelled if self.costs.verify else 0.0)
+
+
+Controller: TypeAlias = FixedController | AdaptiveController

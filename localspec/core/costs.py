@@ -1,35 +1,17 @@
 """What a step costs on this machine: T(n), the time of one target evaluation of n tokens with
-logits on every row (a verify of n - 1 draft tokens), and the draft's time per pass.
-
-Both are measured, never assumed: ``calibrate`` times every size at load in the conditions a
-verify runs in (a filled cache, distinct tokens, a logits row per token), and every verify
-afterwards adds a sample. The controller, the marginal rule and the lookup gate all read T
-from here, so an estimate that is wrong is wrong everywhere: it has to be robust.
-
-- **One outlier cannot poison a size.** Each size keeps its last ``WINDOW`` samples and its
-  estimate is their median: a page fault, a busy neighbour or a first-use spike (graph
-  building, kernel selection on a GPU) is one sample among many and moves nothing.
-- **A thin size is taken at its lowest sample.** Until a size holds MIN_SAMPLES samples a median
-  is no guard (of two it is their mean), and load only ever adds time: a size met only on long
-  runs past k would otherwise read its cost from a busy sample or two, and the slope past it
-  would price every larger size out, where no draft would ever go to correct it.
-- **No size can inflate another.** A verify of n tokens is never cheaper than one of fewer, so
-  the curve is made non-decreasing, but by a robust isotonic fit (pool adjacent violators with
-  medians of the pooled samples), not by carrying a running maximum forward: one high size is
-  outvoted by its neighbours instead of lifting every larger size.
-- **Sizes never measured** are linear between measured ones and, beyond the largest, follow
-  the median of the measured slopes: the last two sizes may straddle a kernel's step, and that
-  one slope carried on overprices every larger size.
-- **The machine's speed is followed as a whole** (``VerifyCurve.level``): when most recent
-  verifies ran slower (or faster) than their sizes did at load, the whole curve moves, so a
-  machine that slows down does not make the sizes not in use look cheap, nor the target alone
-  look faster than it now is. The level is measured against each size's reference (its time at
-  load), not summed from step to step, so noise cannot ratchet it away from the machine.
+logits on every row (a verify of n - 1 drafts), and the draft's time per pass. Both are measured,
+never assumed: ``calibrate`` times every size at load as a verify runs (a filled cache, distinct
+tokens, a logits row per token), and every verify afterwards adds a sample. Everything the
+controller, the marginal rule and the lookup gate decide rests on T, so its estimate is robust:
+a median of each size's recent samples (a thin size at its lowest), a monotone fit that lets no
+size lift another, unmeasured sizes interpolated (past the largest along the median slope),
+and the machine's speed followed as a whole (``VerifyCurve.level``). docs/design.md says why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from collections import deque
@@ -166,14 +148,7 @@ class VerifyCurve:
         return len(self._samples.get(n, ()))
 
     def copy(self) -> VerifyCurve:
-        other = VerifyCurve()
-        other._samples = {n: deque(s, maxlen=WINDOW) for n, s in self._samples.items()}
-        other._warmed = set(self._warmed)
-        other.level = self.level
-        other._reference = dict(self._reference)
-        other._ratios = deque(self._ratios, maxlen=LEVEL_WINDOW)
-        other._seeds = {n: list(s) for n, s in self._seeds.items()}
-        return other
+        return copy.deepcopy(self)
 
     # --- the estimate ----------------------------------------------------------------
     @property
@@ -213,7 +188,7 @@ class VerifyCurve:
             return ys[0] * ns / xs[0]
         out = np.interp(ns, xs, ys)
         hi = ns > xs[-1]
-        slope = max(float(np.median(np.diff(ys) / np.diff(xs))), 0.0)  # not the last step's
+        slope = max(median(np.diff(ys) / np.diff(xs)), 0.0)  # not the last step's
         out[hi] = ys[-1] + slope * (ns[hi] - xs[-1])
         lo = ns < xs[0]  # below the smallest measured size: proportional, never above it
         out[lo] = ys[0] * ns[lo] / xs[0]
@@ -225,13 +200,13 @@ def isotonic(samples: Sequence[Sequence[float]]) -> list[float]:
     violators with medians): a block of sizes that violates the order gets the median of all
     their samples together, so one high size is outvoted by its neighbours instead of being
     averaged into them."""
-    blocks: list[tuple[list[float], int]] = []  # (all samples of the block, sizes in it)
+    blocks: list[tuple[float, list[float], int]] = []  # (its median, all samples of the block, sizes in it)
     for group in samples:
-        blocks.append((sorted(group), 1))
-        while len(blocks) > 1 and median(blocks[-2][0]) > median(blocks[-1][0]):
-            (b, nb), (a, na) = blocks.pop(), blocks.pop()
-            blocks.append((sorted(a + b), na + nb))
-    return [median(values) for values, count in blocks for _ in range(count)]
+        blocks.append((median(group), list(group), 1))
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (_, b, nb), (_, a, na) = blocks.pop(), blocks.pop()
+            blocks.append((median(a + b), a + b, na + nb))
+    return [m for m, _, count in blocks for _ in range(count)]
 
 
 class DraftCost:
@@ -295,12 +270,7 @@ class DraftCost:
         self._read = deque((seconds * scale for seconds in self._read), maxlen=DRAFT_WINDOW)
 
     def copy(self) -> DraftCost:
-        other = DraftCost()
-        other._samples = deque(self._samples, maxlen=DRAFT_WINDOW)
-        other._own = self._own
-        other._value = self._value
-        other._read = deque(self._read, maxlen=DRAFT_WINDOW)
-        return other
+        return copy.deepcopy(self)
 
 
 class CostModel:

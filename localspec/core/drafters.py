@@ -1,25 +1,15 @@
-"""Drafters: where the k candidate tokens of a step come from.
+"""Drafters: where the k candidate tokens of a step come from, one class per way of drafting
+(transformers' candidate generators, llama.cpp's ``common_speculative`` types): a draft model
+(:class:`ModelDrafter`), suffix matches over the context and past replies
+(``suffix.SuffixDrafter``), the bench's oracle.
 
-One method that matters, ``draft(context, k, params, rng) -> Draft``. ``context`` is every
-token so far, the last one not yet seen by the target. A drafter may return fewer than ``k``
-tokens (none at all is fine: the step is then a plain target step), and more only when they
-cost nothing to propose (a copy from the context); the engine cuts a draft at the token budget
-and the context. ``Draft.q_draft`` holds the processed distribution each token was *sampled*
-from; ``None`` means the tokens were chosen deterministically (prompt lookup, greedy
-drafting), which the verification rule treats as one-hot q (transformers'
-PromptLookupCandidateGenerator does the same).
-
-Three hooks, no-ops in :class:`DrafterBase`: ``prefill(context)`` reads the prompt before the
-first step (a draft model), ``behind(context)`` says how many tokens it would have to read
-before drafting (a draft model that has not run for a while), ``observe(draft, verdict,
-kept)`` hears what became of its draft (drafters that learn from it).
-
-One class per way of drafting, as in transformers' candidate generators and llama.cpp's
-``common_speculative`` types: a draft model (:class:`ModelDrafter`), suffix matches over the
-context and past replies (``suffix.SuffixDrafter``), the bench's oracle. A drafter whose
-proposals cost no pass (a copy) can also stand beside a draft model: the engine asks it every
-step, and the controller takes its proposal where it is worth more than the model's
-(``Controller.pick``).
+``draft(context, k, params, rng) -> Draft``: ``context`` is every token so far, the last not yet
+seen by the target. A drafter may return fewer than ``k`` tokens (none: a plain target step) and
+more only where they cost no pass (a copy). ``Draft.q_draft`` holds the processed distribution
+each token was sampled from; ``None`` means chosen deterministically, which verification treats
+as one-hot q. The hooks ``prefill``, ``behind`` and ``observe`` are no-ops in
+:class:`DrafterBase`. A copier stands beside a draft model: the engine asks it every step, and
+the controller takes its proposal where it is worth more (``Controller.pick``).
 """
 
 from __future__ import annotations

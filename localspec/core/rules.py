@@ -1,7 +1,5 @@
-"""How far one draft should go: the marginal rule (a draft model's tokens, one at a time) and
-the lookup gate (how much of a suffix match to propose). The controller picks the
-step's k; these decide, token by token or match by match, what of it is worth proposing.
-"""
+"""How far one draft goes: the marginal rule (a draft model's tokens, one at a time) and the
+lookup gate (how much of a suffix match to propose), within the controller's k."""
 
 from __future__ import annotations
 
@@ -14,23 +12,16 @@ from .policy import DEFAULT, Policy
 
 
 class MarginalRule:
-    """How far one draft should go: greedy maximisation of the step's expected tokens per
-    second (in the spirit of SpecDec++, arXiv 2405.19715, which stops on a predicted rejection).
+    """Greedy maximisation of the step's expected tokens per second (in the spirit of
+    SpecDec++, arXiv 2405.19715). A token of calibrated confidence c (``CostModel.acceptance``)
+    adds p_chain * c expected tokens, where p_chain is the chance every earlier one is accepted;
+    it costs a verify row, T(n+2) - T(n+1), and going on costs a draft pass. It pays exactly when
+    its gain per second beats the step's rate so far.
 
-    A draft token of confidence c (the draft's probability for it, calibrated against the
-    measured rejections by ``CostModel.acceptance``) adds p_chain * c expected tokens, where
-    p_chain is the chance that every earlier draft token is accepted; it costs one more verify
-    row, T(n+2) - T(n+1), and going on costs a draft pass. Adding something raises the step's
-    rate E / time exactly when its own gain per second beats that rate. On a memory-bound
-    target a verify row is nearly free, so even an unsure first token is worth proposing; on a
-    compute-bound one only confident runs are.
-
-    The rule looks ahead: a verify curve has steps (a kernel's tile size), and the row at a step
-    alone never pays although the rows past it do, nearly free. So a token (or another pass) is
-    judged on the best of going on by 1..(draft_max_now - n) tokens, those still to come taken at the
-    last one's confidence. ``draft_max_now`` is ``k``, or ``draft_max`` while the draft is sure
-    of every token so far (``policy.sure``).
-    """
+    A verify curve has steps (a kernel's tile size) where one row alone never pays but the rows
+    past it do, nearly free: so a token is judged on the best of going on by 1..(draft_max_now -
+    n) tokens at its confidence. ``draft_max_now`` is ``k``, or ``draft_max`` while every token
+    so far was ``sure``."""
 
     def __init__(self, costs: CostModel, k: int = 64, draft_max: int = 0, policy: Policy = DEFAULT) -> None:
         self.costs, self.policy = costs, policy
@@ -44,8 +35,8 @@ class MarginalRule:
         return self.draft_max if self.sure else self.k
 
     def _pays(self, c: float, paid: bool) -> bool:
-        """Whether going on by j = 1..(draft_max_now - n) tokens of calibrated acceptance c beats
-        stopping here, for some j; ``paid``: the first of them is drafted already."""
+        """Whether going on by some j = 1..(draft_max_now - n) tokens of acceptance c beats
+        stopping here; ``paid``: the first of them is drafted already."""
         n_more = self.draft_max_now - self.n
         if n_more <= 0:
             return False
@@ -77,24 +68,16 @@ class MarginalRule:
 
 class LookupGate:
     """How much of a copy (a suffix match's walk) to propose, from what matches of its kind
-    (``n``: a source and a match length, see ``suffix.bucket``) have earned so far.
-
-    A 2-token match in prose ("of the") is mostly a coincidence and a 4-token one rarely is, so
-    one acceptance rate for every lookup draft either blocks the good matches or lets the bad
-    ones cost a verify row each. The gate keeps a geometric acceptance estimate per match
-    length and proposes the prefix j of the match that maximises E(j) / T(j+1) (a copy costs no
-    draft pass), nothing when that is not ``policy.min_gain`` better than j = 0. Text changes, so a
-    blocked length must be able to win trust back: every match, proposed or not, is scored
-    against what the step kept (``observe`` with what the drafter compared), which costs
-    nothing.
-    """
+    (``n``: a source and a match length, ``suffix.bucket``) earned so far: a 2-token match in prose
+    is mostly chance, a 4-token one rarely is. Each kind keeps a geometric acceptance estimate,
+    and the gate proposes the prefix j that maximises E(j) / T(j+1) (a copy costs no draft
+    pass), nothing unless that is ``min_gain`` better than j = 0. Every match, proposed or not,
+    is scored against what the step kept (``observe``), for free, so a blocked kind wins trust
+    back."""
 
     def __init__(self, costs: CostModel, policy: Policy = DEFAULT, prior: tuple[float, float] = (1.0, 1.0)) -> None:
         self.costs, self.policy = costs, policy
-        # [accepted, rejected] of a match length not seen yet: Laplace's rule, alpha 0.5 worth
-        # two verdicts, so where a verify row is dear nothing is proposed until matches of the
-        # length have earned it, and where a row is nearly free from the first match
-        self.prior = prior
+        self.prior = prior  # [accepted, rejected] of a kind not seen yet: Laplace's rule
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
 
     def alpha(self, n: Hashable) -> float:
@@ -110,8 +93,7 @@ class LookupGate:
         return j if rates[j] >= self.policy.min_gain * rates[0] else 0
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
-        """A verdict on ``n_tested`` tokens of an ``n``-token match's continuation: the first
-        ``n_accepted`` agreed with the target (one failure if it stopped short)."""
+        """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""
         if n_tested == 0:
             return
         accepted, rejected = self.counts.get(n, self.prior)

@@ -1,16 +1,43 @@
-"""Budgets for optional work: what they earn, spend and hold."""
+"""The credit for tries while drafting is off: what it earns, spends and says."""
 
 import pytest
 
-from localspec.core.budget import Budget
+from localspec.core.budget import Tries
+from localspec.core.costs import CostModel, speeds
+from localspec.core.policy import DEFAULT as P
 
 
-class TestBudget:
-    def test_earns_its_share_and_spends_only_what_it_holds(self):
-        b = Budget(0.05)
-        b.earn(10.0)
-        assert b.credit == pytest.approx(0.5)
-        assert not b.spend(0.6) and b.credit == pytest.approx(0.5)
-        assert b.spend(0.4) and b.credit == pytest.approx(0.1)
-        b.earn(-3.0)  # a stake below nothing earns nothing
-        assert b.credit == pytest.approx(0.1)
+class TestTries:
+    def test_a_step_off_earns_its_share_and_a_try_spends_only_what_is_held(self):
+        costs = CostModel({1: 1.0, 2: 1.1, 3: 1.2})
+        rates = speeds(costs, 0.5, 2)
+        tries = Tries(costs)
+        assert tries.due(rates, 2, None, None, stake=10.0, priced=False)  # a first try is free
+        assert tries.credit == pytest.approx(P.first_try_share * 10.0) and tries.steps_off == 1
+        assert not tries.afford(tries.credit + 0.1) and tries.credit == pytest.approx(2.5)
+        assert tries.afford(2.0) and tries.credit == pytest.approx(0.5)
+        tries.due(rates, 2, None, None, stake=-3.0, priced=False)  # a stake below nothing earns nothing
+        assert tries.credit == pytest.approx(0.5)
+
+    def test_a_countdown_without_a_catch_up_is_the_price_over_the_earning(self):
+        tries = Tries(CostModel())
+        tries.credit, tries.earning = 1.0, 0.5
+        tries.afford(3.0)  # no catch-up grew: 2.0 short at 0.5 a step
+        assert tries.next_in() == 4 and not tries.outpaced
+        tries.afford(3.0, growth=0.25)  # 0.25 of each step's 0.5 goes to the catch-up
+        assert tries.next_in() == 8 and not tries.outpaced
+        tries.afford(3.0, growth=0.5)
+        assert tries.next_in() is None and tries.outpaced
+        tries.credit = 3.0
+        assert tries.afford(3.0, growth=0.5) and not tries.outpaced  # covered: the try is made
+
+    def test_each_failed_try_in_a_row_halves_the_share_and_one_that_pays_restores_it(self):
+        tries = Tries(CostModel())
+        shares = []
+        for _ in range(4):
+            tries.started = True
+            tries.judged(False)
+            shares.append(tries.share)
+        assert shares == [P.first_try_share / 2, P.first_try_share / 4, P.try_share, P.try_share] and tries.failed == 4
+        tries.judged(True)
+        assert tries.share == P.first_try_share and tries.failed == 0 and not tries.started

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from localspec.core import costs as costs_module
-from localspec.core.budget import Tries, price_of_try
 from localspec.core.controller import (
     AdaptiveController,
     FixedController,
@@ -141,6 +140,12 @@ class TestAcrossReplies:
         assert c.on() and c.choose().k > 0
 
 
+def price_at(c: AdaptiveController, rates, k, guard, steps_off: int) -> float:
+    """The price of a try ``steps_off`` steps after drafting last ran."""
+    c.tries.steps_off = steps_off
+    return c.tries.price_of(rates, k, guard)
+
+
 class TestTries:
     def test_no_tries_when_even_perfect_drafts_cannot_pay(self):
         # verify cost grows 1:1 with n and drafting is not free: no acceptance can win
@@ -164,7 +169,7 @@ class TestTries:
         # failure): at most those tries' prices over P.try_share's budget
         first = math.ceil(math.log2(P.first_try_share / P.try_share))
         assert len(tries) * c.tries.price <= earned + first * c.tries.price
-        assert c.tries.failed == len(tries) and c.tries.budget.share == P.try_share
+        assert c.tries.failed == len(tries) and c.tries.share == P.try_share
 
     @staticmethod
     def tries_after_rejections(verify, t_draft) -> list[int]:
@@ -235,17 +240,17 @@ class TestTries:
         c = self.vetoed_on_zen4()
         rates = c.speeds()
         k = c.model_k(rates)
-        now, later = (price_of_try(c.costs, rates, k, c.guard, None, n) for n in (0, 14))
+        now, later = (price_at(c, rates, k, c.guard, n) for n in (0, 14))
         assert later == pytest.approx(now * P.decay**14)
-        floor = price_of_try(c.costs, rates, k, None, None)  # what the model alone expects: the floor
-        assert price_of_try(c.costs, rates, k, c.guard, None, 400) == pytest.approx(floor)
+        floor = price_at(c, rates, k, None, 0)  # what the model alone expects: the floor
+        assert price_at(c, rates, k, c.guard, 400) == pytest.approx(floor)
 
     def test_the_countdown_counts_the_catch_up_growing_and_says_when_it_outgrows_the_budget(self):
         # the same no on the Zen 4's costs, after three failed tries in a row (the share is
         # P.first_try_share / 8, about 0.034 T(1) a step): each step off adds a token, 0.061 T(1),
         # to the draft's catch-up, so the budget never covers the price and no try comes
         c = self.vetoed_on_zen4()
-        c.tries.failed, c.tries.budget.share = 3, P.first_try_share / 8
+        c.tries.failed, c.tries.share = 3, P.first_try_share / 8
         behind = [READ_MIN]
         waits, lines = [], []
         for _ in range(60):
@@ -267,7 +272,7 @@ class TestTries:
         c = AdaptiveController(costs, draft_max=16)
         for _ in range(40):
             c.observe(4, 0)  # off: the acceptance, which the steps off do not change (nor the price)
-        c.tries.budget.share = 0.5  # (a share that outruns a token's read)
+        c.tries.share = 0.5  # (a share that outruns a token's read)
         behind = [READ_MIN]
         assert c.choose(lambda: behind[0]).k == 0
         behind[0] += 1
@@ -279,29 +284,6 @@ class TestTries:
             behind[0] += 1
             ks.append(c.choose(lambda: behind[0]).k)
         assert not any(ks[: wait - 1]) and ks[wait - 1] > 0, (wait, ks)
-
-    def test_a_countdown_without_a_catch_up_is_the_price_over_the_earning(self):
-        tries = Tries()
-        tries.budget.credit, tries.earning = 1.0, 0.5
-        tries.afford(3.0)  # no catch-up grew: 2.0 short at 0.5 a step
-        assert tries.next_in() == 4 and not tries.outpaced
-        tries.afford(3.0, growth=0.25)  # 0.25 of each step's 0.5 goes to the catch-up
-        assert tries.next_in() == 8 and not tries.outpaced
-        tries.afford(3.0, growth=0.5)
-        assert tries.next_in() is None and tries.outpaced
-        tries.budget.credit = 3.0
-        assert tries.afford(3.0, growth=0.5) and not tries.outpaced  # covered: the try is made
-
-    def test_each_failed_try_in_a_row_halves_the_share_and_one_that_pays_restores_it(self):
-        tries = Tries()
-        shares = []
-        for _ in range(4):
-            tries.started = True
-            tries.judged(False)
-            shares.append(tries.budget.share)
-        assert shares == [P.first_try_share / 2, P.first_try_share / 4, P.try_share, P.try_share] and tries.failed == 4
-        tries.judged(True)
-        assert tries.budget.share == P.first_try_share and tries.failed == 0 and not tries.started
 
 
 class TestMeasuredGuard:
@@ -774,7 +756,7 @@ class TestExplain:
         ctl = self.poor()
         assert ctl.choose().k == 0
         state = said(ctl)
-        wait = math.ceil((ctl.tries.price - ctl.tries.budget.credit) / ctl.tries.earning)
+        wait = math.ceil((ctl.tries.price - ctl.tries.credit) / ctl.tries.earning)
         assert not state.on and "at the measured acceptance (" in state.line and wait > 1
         assert state.next_try_in == wait and f"tries again in {wait} steps" in state.line
         ks = [ctl.choose().k for _ in range(wait)]
