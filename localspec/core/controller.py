@@ -17,7 +17,7 @@ import numpy as np
 
 from .budget import Tries
 from .choice import Choice, Reason
-from .costs import CostModel, speeds
+from .costs import CostModel, best_k, speeds
 from .drafters import Draft
 from .estimates import Acceptance, SpeedGuard
 from .policy import DEFAULT, Policy
@@ -124,9 +124,7 @@ class AdaptiveController:
             return min(self.policy.probe_k, self.draft_max)
         if self.gated:
             return self.draft_max if self.best_case() >= self.policy.min_gain else 0
-        rates = self.speeds() if rates is None else rates
-        k = int(np.argmax(rates))  # the best expected rate, where it is min_gain better than none
-        return k if rates[k] >= self.policy.min_gain * rates[0] else 0
+        return best_k(self.speeds() if rates is None else rates, self.policy.min_gain)
 
     def on(self) -> bool:
         """Whether a step now would draft at the model's k (not as a try)."""

@@ -386,6 +386,13 @@ def speeds(
     return tokens / seconds
 
 
+def best_k(rates: np.ndarray, min_gain: float) -> int:
+    """The k of the best expected rate (``speeds``), or 0 where that is not ``min_gain`` times
+    the rate of none: the one rule by which a draft length or a copy's length is chosen."""
+    k = int(np.argmax(rates))
+    return k if rates[k] >= min_gain * rates[0] else 0
+
+
 def step_seconds(costs: CostModel, k: int) -> float:
     """The modelled time of a step that drafts k tokens: k draft passes and a verify of k + 1."""
     return k * costs.t_draft + costs.T(k + 1)
