@@ -4,7 +4,7 @@ and figures) with the measured costs; it decides nothing."""
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, asdict, dataclass, replace
 
 from .choice import Choice, Reason
 from .costs import CostModel
@@ -42,19 +42,8 @@ class DraftingState:
         return f"{'on' if self.on else 'off'}: {self.why}{then}"
 
     def as_dict(self) -> dict:
-        return {
-            "on": self.on,
-            "k": self.k,
-            "why": self.why,
-            "line": self.line,
-            "next_try_in": self.next_try_in,
-            "draft_cost": self.draft_cost,
-            "verify_cost": self.verify_cost,
-            "expected_speedup": self.expected_speedup,
-            "outpaced": self.outpaced,
-            "copies": self.copies,
-            "history": self.history,
-        }
+        fields = asdict(self)
+        return {"on": fields.pop("on"), "k": fields.pop("k"), "why": fields.pop("why"), "line": self.line, **fields}
 
 
 def explain(choice: Choice, costs: CostModel, copies: bool = False, history: str = "") -> DraftingState:
