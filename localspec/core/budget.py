@@ -33,7 +33,8 @@ class Tries:
         self, rates: np.ndarray, k: int, guard: SpeedGuard | None, behind: Behind, stake: float, priced: bool
     ) -> bool:
         """A step off earns its share of ``stake``; whether a try of ``k`` drafts comes now, the
-        draft ``behind()`` tokens behind (``priced``: else a first try, which is free)."""
+        draft ``behind()`` tokens behind. ``priced``: the try must be afforded (before anything
+        was drafted it need not: the first try comes once the opening is over)."""
         self.steps_off += 1
         self.earning = self.share * max(stake, 0.0)
         self.credit += self.earning

@@ -57,8 +57,8 @@ def prior_from(accepted: int, rejected: int, policy: Policy = DEFAULT) -> float:
 class SpeedGuard:
     """Drafting must measure at least as fast as the target alone where the cost model is blind
     (Python work, a catch-up, a busy machine): a slow trial says no only if its steps also took
-    more than ``mismatch`` times their modelled time. Slow steps that took it are the text's
-    acceptance, which ``Acceptance`` weighs over more steps.
+    more than ``mismatch`` times their modelled time. Slow steps that took their modelled time
+    are the text's acceptance, which ``Acceptance`` weighs over more steps.
 
     A trial of ``trial_steps`` steps is judged on its sums (tokens over seconds: a mean of rates
     would undervalue a long step that yields much); after it the sums fade by 1 / (trial_steps
