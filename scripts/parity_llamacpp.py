@@ -79,6 +79,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+# first: llama.cpp's libraries before numpy, or a CUDA build crashes loading a model (native.py)
+from localspec.llama import native  # noqa: F401
+
+# isort: split
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests.support

@@ -15,6 +15,10 @@ import argparse
 import json
 from pathlib import Path
 
+# first: llama.cpp's libraries before numpy, or a CUDA build crashes loading a model (native.py)
+from localspec.llama import native  # noqa: F401
+
+# isort: split
 import numpy as np
 
 from localspec.llama.backend import LlamaModel

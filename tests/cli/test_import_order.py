@@ -1,5 +1,5 @@
-"""The CLI loads llama.cpp's libraries before its other native modules (localspec/cli/__init__.py
-says why): whatever imports it, however it is started."""
+"""The CLI and the scripts that load a model load llama.cpp's libraries before their other native
+modules (localspec/llama/native.py says why): whatever imports them, however they are started."""
 
 import os
 import subprocess
@@ -29,14 +29,18 @@ try:
 except SystemExit:
     pass"""
 
+# the scripts that load a model (gpu-check.sh runs the first two on a GPU)
+MODEL_SCRIPTS = ("verify_rows", "rollback_cost", "snapshot_cost", "parity_llamacpp")
+
 
 @pytest.mark.parametrize(
     "start",
     [
         "import localspec.cli",  # the console script `localspec` (localspec.cli:main)
         PYTHON_M,
+        *(f"import runpy; runpy.run_path('scripts/{name}.py', run_name='probe')" for name in MODEL_SCRIPTS),
     ],
-    ids=["console-script", "python-m"],
+    ids=["console-script", "python-m", *MODEL_SCRIPTS],
 )
 def test_llama_cpp_before_the_other_native_modules(start):
     done = subprocess.run(
