@@ -37,7 +37,7 @@ def target_section(rep: dict) -> list[str]:
         lines.append(f"Offload: {rep['offload']}")
     lines.append(
         f"T(1) = {t1 * 1000:.2f} ms; T(k)/T(1): "
-        + ", ".join(f"{k}: {ratio[k]:.2f}" for k in ("2", "4", "8", "9", "12", "16") if k in ratio)
+        + ", ".join(f"{k}: {ratio[k]:.2f}" for k in ("2", "4", "8", "9", "12", "16", "32") if k in ratio)
     )
     if draft:
         what = "MTP pass" if rep.get("draft") == "MTP" else "Draft pass"

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from ..core.costs import CostModel, calibrate, time_one, timing_prefix
+from ..core.options import MAX_DRAFT
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from .modes import Oracle, split_mode
 
-COST_SIZES = tuple(range(1, 17))
+COST_SIZES = tuple(range(1, MAX_DRAFT + 2))  # every verify the engine can ask for (a copy's too)
 
 
 @dataclass(kw_only=True)
@@ -31,8 +32,8 @@ class WarmRun:
 
 
 def measure_costs(session, prefix: int = 200, repeats: int = 5) -> CostModel:
-    """T(k) for k = 1..16 and one draft pass, measured directly: after ``prefix`` cached
-    tokens, medians of ``repeats`` interleaved rounds; caches restored."""
+    """T(k) for every size a verify can have and one draft pass, measured directly: after
+    ``prefix`` cached tokens, medians of ``repeats`` interleaved rounds; caches restored."""
     return CostModel(
         *calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix, warmup=1)
     )

@@ -299,7 +299,7 @@ def control_markdown(control: dict | None) -> list[str]:
 def curve_markdown(cmp: dict | None) -> list[str]:
     if not cmp:
         return []
-    ks = [k for k in cmp["ratios"] if int(k) <= 9 or int(k) in (12, 16)]
+    ks = [k for k in cmp["ratios"] if int(k) <= 9 or int(k) in (12, 16, 24, 32, 33)]
     r = cmp["ratios"]
     return [
         "",

@@ -35,14 +35,14 @@ def load_suite(name_or_path: str = "default") -> dict:
     return suite
 
 
-def only(suite: dict, ids: str) -> dict:
-    """The suite with only the prompts whose ids ``ids`` lists (comma-separated); ValueError
-    when none of them is in it."""
-    wanted = set(ids.split(","))
-    prompts = [p for p in suite["prompts"] if p["id"] in wanted]
-    if not prompts:
-        raise ValueError(f"no prompt with id in {sorted(wanted)}")
-    return {**suite, "prompts": prompts}
+def only(suite: dict, ids: str, items: str = "prompts") -> dict:
+    """The suite with only the prompts (a repeated-work suite's ``scenarios``) whose ids ``ids``
+    lists (comma-separated); ValueError naming any not in it."""
+    wanted = ids.split(",")
+    known = [p["id"] for p in suite[items]]
+    if missing := [i for i in wanted if i not in known]:
+        raise ValueError(f"no {items[:-1]} {', '.join(missing)} in this suite (known: {', '.join(known)})")
+    return {**suite, items: [p for p in suite[items] if p["id"] in wanted]}
 
 
 def quick(suite: dict) -> dict:

@@ -47,7 +47,8 @@ def register(sub) -> None:
     p.add_argument(
         "--prompts",
         default=None,
-        help="comma-separated prompt ids to run (--replay: shell-style patterns of them, e.g. 'code-*,edit-*')",
+        help="comma-separated prompt ids to run (--repeated: scenario ids; --replay: shell-style patterns "
+        "of them, e.g. 'code-*,edit-*')",
     )
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
     p.add_argument(
@@ -133,10 +134,12 @@ def register(sub) -> None:
 
 def cmd_repeated(args) -> int:
     """``--repeated``: scenarios of repeated work, played in order (``bench.repeated``)."""
-    from ..bench import repeated
+    from ..bench import repeated, suites
 
     try:
         suite = repeated.load(args.repeated)
+        if args.prompts:
+            suite = suites.only(suite, args.prompts, "scenarios")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ from localspec.bench import modes as bench_modes
 from localspec.cli import build_parser, main
 from localspec.cli.bench import cold_base, given_flags
 from localspec.core.modes import builtin_modes
-from localspec.core.options import DraftOptions
+from localspec.core.options import MAX_DRAFT, DraftOptions
 
 SUITE = {
     "name": "tiny",
@@ -95,7 +95,7 @@ class TestBenchCli:
         )
         assert rc == 0
         rep = json.loads(out.read_text())
-        assert set(rep["cost_curve"]["verify_ratio"]) == {str(k) for k in range(1, 17)}
+        assert set(rep["cost_curve"]["verify_ratio"]) == {str(k) for k in range(1, MAX_DRAFT + 2)}
         modes = {r["mode"] for r in rep["rows"]}
         assert modes == {"none", "draft", "lookup", "draft:match", "lookup:match"}
         for r in rep["rows"]:

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from localspec.bench import repeated
+from localspec.bench import repeated, suites
 from localspec.chat.session import LoadOptions, PairSpec, Session
+from localspec.cli import main
 
 SUITE = {
     "name": "tiny",
@@ -72,6 +73,16 @@ class TestLoad:
         path.write_text(content)
         with pytest.raises(ValueError, match=problem):
             repeated.load(str(path))
+
+    def test_some_scenarios_are_chosen_by_id_and_an_unknown_id_is_named(self, tmp_path, capsys):
+        chosen = suites.only(SUITE, "loop,again", "scenarios")
+        assert [s["id"] for s in chosen["scenarios"]] == ["again", "loop"]
+        with pytest.raises(ValueError, match="no scenario agian in this suite"):
+            suites.only(SUITE, "again,agian", "scenarios")
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(SUITE))
+        assert main(["bench", "--target", "t.gguf", "--repeated", str(path), "--prompts", "agian"]) == 2
+        assert "no scenario agian in this suite (known: again, turns, loop)" in capsys.readouterr().err
 
     def test_a_file_of_scenarios_loads(self, tmp_path):
         path = tmp_path / "s.json"
