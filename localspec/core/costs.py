@@ -312,6 +312,11 @@ class CostModel:
     def T(self, n: int) -> float:
         return self.verify.T(n)
 
+    @property
+    def timed(self) -> int:
+        """The longest verify timed (0: none); T past it is a guess."""
+        return max(self.verify.sizes, default=0)
+
     def curve(self, draft_max: int) -> np.ndarray:
         return self.verify.curve(draft_max)
 
@@ -386,11 +391,18 @@ def speeds(
     return tokens / seconds
 
 
-def best_k(rates: np.ndarray, min_gain: float) -> int:
+def best_k(rates: np.ndarray, min_gain: float, timed: int = 0) -> int:
     """The k of the best expected rate (``speeds``), or 0 where that is not ``min_gain`` times
-    the rate of none: the one rule by which a draft length or a copy's length is chosen."""
-    k = int(np.argmax(rates))
-    return k if rates[k] >= min_gain * rates[0] else 0
+    the rate of none: the one rule by which a draft length or a copy's length is chosen.
+
+    ``timed`` (a copy's length: ``rules.LookupGate``): the longest verify timed. Past it T is a
+    guess (``VerifyCurve._interpolate``), so where the longest k on offer lies there and its
+    rate is within ``min_gain`` of the best, it is taken instead: the model cannot tell them
+    apart, and only a verify that long times it (a CPU's rows can come cheaper in a long batch)."""
+    k, last = int(np.argmax(rates)), len(rates) - 1
+    if rates[k] < min_gain * rates[0]:
+        return 0
+    return last if 0 < timed <= last and min_gain * rates[last] >= rates[k] else k
 
 
 def step_seconds(costs: CostModel, k: int) -> float:

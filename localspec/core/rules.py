@@ -85,15 +85,11 @@ class LookupGate:
         return accepted / (accepted + rejected)
 
     def length(self, n: Hashable, available: int) -> int:
-        """Tokens of an ``n``-token match's continuation (``available`` of them) to propose: the
-        best length, or all where that verify is longer than any timed and the extrapolated curve
-        prices it within ``min_gain`` of the best (the model cannot tell them apart; it times it)."""
+        """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
         if available <= 0 or not self.costs.verify:
             return available
         rates = speeds(self.costs, self.alpha(n), available, t_draft=0.0)
-        j = best_k(rates, self.policy.min_gain)
-        untimed = available >= self.costs.verify.sizes[-1]
-        return available if j and untimed and self.policy.min_gain * rates[available] >= rates[j] else j
+        return best_k(rates, self.policy.min_gain, self.costs.timed)
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""

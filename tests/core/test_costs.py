@@ -403,3 +403,18 @@ class TestRecheck:
         before = model.read(READ_MIN)
         model.recalibrate(VerifyCurve({1: 0.1, 2: 0.2}))
         assert model.read(READ_MIN) == pytest.approx(before) and model.t_draft == pytest.approx(0.05)
+
+
+class TestBestK:
+    """costs.best_k: the best rate's k, none unless it gains min_gain; past the longest verify
+    timed (a guess) the longest length on offer where it is within min_gain of the best."""
+
+    def test_the_best_or_none(self):
+        assert costs.best_k(np.array([1.0, 1.2, 1.4, 1.38, 1.36]), 1.05) == 2
+        assert costs.best_k(np.array([1.0, 1.02, 1.03]), 1.05, timed=1) == 0
+
+    def test_the_longest_untimed_length_where_the_model_cannot_tell_it_from_the_best(self):
+        rates = np.array([1.0, 1.2, 1.4, 1.38, 1.36])
+        assert costs.best_k(rates, 1.05, timed=3) == 4  # 1.05 * 1.36 >= 1.4: a verify of 5, never timed
+        assert costs.best_k(rates, 1.05, timed=5) == 2  # every length on offer was timed
+        assert costs.best_k(np.array([1.0, 1.4, 1.2]), 1.05, timed=1) == 1  # 1.05 * 1.2 < 1.4
