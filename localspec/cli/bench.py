@@ -505,6 +505,7 @@ def cmd_replay(args) -> int:
     except (ModelFileError, ModelLoadError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    n_memo = len(memo)
     try:
         result = replay.replay(recording, draft, memo, opts)
     finally:
@@ -513,6 +514,13 @@ def cmd_replay(args) -> int:
     report = replay.report(result.results, list(opts.policies)) + replay.dropped_report(result.dropped)
     for line in [*result.trace, *report]:
         print(line)
+    if computed := len(memo) - n_memo:
+        print(
+            f"note: {computed} draft rows were computed now (kept in {replay.memo_path(args.replay)}). A row's logits "
+            "shift slightly with the batch it was computed in, so compare replays that compute none: run this "
+            "one again (and replays of one recording one at a time, or each writes over the other's memo).",
+            file=sys.stderr,
+        )
     return 0
 
 

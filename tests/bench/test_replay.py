@@ -241,14 +241,17 @@ class TestReplayCli:
         capsys.readouterr()
         argv = ["bench", "--replay", str(rec), "--draft", draft, "--policies", "none,auto,fixed-k4-p0", "--cold"]
         assert main([*argv, "--max-tokens", "12"]) == 0
-        first = capsys.readouterr().out.splitlines()
+        captured = capsys.readouterr()
+        first, first_err = captured.out.splitlines(), captured.err
         assert [line.split()[0] for line in first[:5]] == ["prompt", "p1", "p2", "median", "auto"]
         # then, per policy that verified drafts, how many tokens its verifies dropped
         assert first[5:] and all(line.split(":")[0] in ("auto", "fixed-k4-p0") for line in first[5:])
         assert "fixed-k4-p0: of " in first[-1]
         assert (tmp_path / "rec.json.memo").exists()
         assert main([*argv, "--max-tokens", "12"]) == 0
-        assert capsys.readouterr().out.splitlines() == first  # greedy and modelled: the same replay
+        again = capsys.readouterr()
+        assert again.out.splitlines() == first  # greedy and modelled: the same replay
+        assert "draft rows were computed now" in first_err and again.err == ""  # all from the memo
 
     def test_an_unknown_setting_stops_the_replay_before_anything_loads(self, tmp_path, capsys):
         argv = ["bench", "--replay", str(tmp_path / "absent.json"), "--draft", str(tmp_path / "absent.gguf")]
