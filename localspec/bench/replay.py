@@ -213,6 +213,17 @@ def write_memo(path: Path, memo: dict) -> None:
     memo_path(path).write_bytes(pickle.dumps(memo))
 
 
+def memo_note(computed: int, path: Path) -> str | None:
+    """What to say when a replay computed ``computed`` draft rows (a row's logits shift slightly
+    with the batch it was computed in, so only replays that compute none compare exactly)."""
+    if not computed:
+        return None
+    return (
+        f"note: {computed} draft rows were computed now (kept in {memo_path(path)}): compare replays that "
+        "compute none (run it again; one replay of a recording at a time, or each writes over the other's memo)"
+    )
+
+
 def load_draft(path: Path) -> LlamaModel:
     """The real draft model a replay reads its rows from (see DRAFT_CTX)."""
     from ..llama import backend as llama_backend

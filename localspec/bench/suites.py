@@ -35,9 +35,11 @@ def load_suite(name_or_path: str = "default") -> dict:
     return suite
 
 
-def only(suite: dict, ids: str, items: str = "prompts") -> dict:
+def only(suite: dict, ids: str | None, items: str = "prompts") -> dict:
     """The suite with only the prompts (a repeated-work suite's ``scenarios``) whose ids ``ids``
-    lists (comma-separated); ValueError naming any not in it."""
+    lists (comma-separated; none: all of them); ValueError naming any not in it."""
+    if not ids:
+        return suite
     wanted = ids.split(",")
     known = [p["id"] for p in suite[items]]
     if missing := [i for i in wanted if i not in known]:

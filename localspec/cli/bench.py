@@ -47,8 +47,7 @@ def register(sub) -> None:
     p.add_argument(
         "--prompts",
         default=None,
-        help="comma-separated prompt ids to run (--repeated: scenario ids; --replay: shell-style patterns "
-        "of them, e.g. 'code-*,edit-*')",
+        help="comma-separated prompt ids (--repeated: scenario ids; --replay: shell-style patterns, e.g. 'code-*')",
     )
     p.add_argument("--quick", action="store_true", help="3 prompts, 48 tokens: about a minute")
     p.add_argument(
@@ -137,9 +136,7 @@ def cmd_repeated(args) -> int:
     from ..bench import repeated, suites
 
     try:
-        suite = repeated.load(args.repeated)
-        if args.prompts:
-            suite = suites.only(suite, args.prompts, "scenarios")
+        suite = suites.only(repeated.load(args.repeated), args.prompts, "scenarios")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -512,15 +509,9 @@ def cmd_replay(args) -> int:
         draft.close()
     replay.write_memo(args.replay, memo)
     report = replay.report(result.results, list(opts.policies)) + replay.dropped_report(result.dropped)
-    for line in [*result.trace, *report]:
-        print(line)
-    if computed := len(memo) - n_memo:
-        print(
-            f"note: {computed} draft rows were computed now (kept in {replay.memo_path(args.replay)}). A row's logits "
-            "shift slightly with the batch it was computed in, so compare replays that compute none: run this "
-            "one again (and replays of one recording one at a time, or each writes over the other's memo).",
-            file=sys.stderr,
-        )
+    print("\n".join([*result.trace, *report]))
+    if note := replay.memo_note(len(memo) - n_memo, args.replay):
+        print(note, file=sys.stderr)
     return 0
 
 

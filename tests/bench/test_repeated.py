@@ -75,6 +75,7 @@ class TestLoad:
             repeated.load(str(path))
 
     def test_some_scenarios_are_chosen_by_id_and_an_unknown_id_is_named(self, tmp_path, capsys):
+        assert suites.only(SUITE, None, "scenarios") is SUITE  # no --prompts: every scenario
         chosen = suites.only(SUITE, "loop,again", "scenarios")
         assert [s["id"] for s in chosen["scenarios"]] == ["again", "loop"]
         with pytest.raises(ValueError, match="no scenario agian in this suite"):
