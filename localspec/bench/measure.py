@@ -13,7 +13,8 @@ from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from .modes import Oracle, split_mode
 
-COST_SIZES = tuple(range(1, MAX_DRAFT + 2))  # every verify the engine can ask for (a copy's too)
+# every size to 16, then every 4th to the longest verify the engine asks for (a copy's: MAX_DRAFT + 1)
+COST_SIZES = (*range(1, 17), *range(20, MAX_DRAFT + 1, 4), MAX_DRAFT + 1)
 
 
 @dataclass(kw_only=True)
@@ -32,7 +33,7 @@ class WarmRun:
 
 
 def measure_costs(session, prefix: int = 200, repeats: int = 5) -> CostModel:
-    """T(k) for every size a verify can have and one draft pass, measured directly: after
+    """T(k) for ``COST_SIZES`` and one draft pass, measured directly: after
     ``prefix`` cached tokens, medians of ``repeats`` interleaved rounds; caches restored."""
     return CostModel(
         *calibrate(session.target, COST_SIZES, draft=session.draft, repeats=repeats, prefix=prefix, warmup=1)
