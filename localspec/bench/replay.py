@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from ..chat.session import CALIBRATION_SIZES
+from ..chat.session import CALIBRATION_SIZES, LONGEST_VERIFY
 from ..core import costs as costs_module
 from ..core.costs import CostModel, DraftCost, VerifyCurve
 from ..core.estimates import prior_from
@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
 REPLY_TOKENS = 96  # the reply length recorded and replayed unless --max-tokens says otherwise
 DRAFT_MAX = 16  # the longest draft a replay's policies choose: the default --draft-max
-CURVE_SIZES = range(1, DRAFT_MAX + 2)  # T(n) recorded: a verify of k drafts evaluates k + 1 tokens
+CURVE_SIZES = range(1, LONGEST_VERIFY + 1)  # T(n) recorded: to a copy's longest verify
 # The draft model's load for a replay: its rows are memoised, so only a row the memo lacks runs
 # it; a fixed, small load keeps those rows the same from one replay to the next.
 DRAFT_CTX, DRAFT_THREADS = 4096, 2
@@ -96,10 +96,8 @@ class ReplayTarget(CachedModel):
         self.true: list[int] = []
 
     def _decode(self, tokens, start, n_logits):
-        n = len(tokens)
-        top = max(self.curve)
         self.clock.evals += 1
-        self.clock.work(self.curve[min(n, top)] * max(1.0, n / top))
+        self.clock.work(cost(self.curve, len(tokens)))
         ctx = self.cached[:start] + list(tokens)
         agree = common_prefix(ctx, self.true)
         rows = []
@@ -351,15 +349,22 @@ def reshape(
     return out, (draft_pass * t1 if draft_pass else t_draft)
 
 
+def cost(curve: dict[int, float], n: int) -> float:
+    """A verify of n tokens: the recorded T(n), past the recorded sizes T(top) * n / top."""
+    top = max(curve)
+    return curve[min(n, top)] * max(1.0, n / top)
+
+
 def costs_for(curve: dict[int, float], t_draft: float, clock: Clock) -> CostModel:
-    """The costs a session would start from: the measured curve, or with noise a calibration
-    of the sizes a session calibrates at load (three samples each)."""
+    """The costs a session would start from: the measured curve and the longest verify, or with
+    noise a calibration of the sizes a session calibrates at load (three samples each; the
+    longest verify one)."""
     if not clock.sigma:
-        return CostModel(VerifyCurve(curve), DraftCost(t_draft))
+        return CostModel(VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)}), DraftCost(t_draft))
     verify, draft = VerifyCurve(), DraftCost()
-    for n in CALIBRATION_SIZES:
-        for _ in range(3):
-            verify.add(n, curve[n] * math.exp(clock.rng.normal(0.0, clock.sigma)))
+    for n in (*CALIBRATION_SIZES, LONGEST_VERIFY):
+        for _ in range(1 if n == LONGEST_VERIFY else 3):
+            verify.add(n, cost(curve, n) * math.exp(clock.rng.normal(0.0, clock.sigma)))
     for _ in range(3):
         draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
     return CostModel(verify, draft)

@@ -19,12 +19,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..core.costs import CostModel, calibrate, recheck
+from ..core.costs import MIN_SAMPLES, CostModel, calibrate, recheck
 from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
 from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
 from ..core.modes import repeatable as repeatable_mode
-from ..core.options import DraftOptions, ModelOptions, clamp_threads, usable_cpus, values
+from ..core.options import MAX_DRAFT, DraftOptions, ModelOptions, clamp_threads, usable_cpus, values
 from ..core.sampling import SamplingParams
 from ..core.suffix import Corpus
 from ..llama.compat import Compatibility, check_compatible
@@ -122,6 +122,11 @@ def profile_keys(spec: PairSpec, machine: str, threads: int | None, plan: Offloa
 # interpolated, then measured when a step verifies them. Sizes past 8 pay only on a
 # memory-bound target, where drafts the draft model is sure of run past k and reach them.
 CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
+# The longest verify (a copy of MAX_DRAFT tokens): timed once a load until the profile holds
+# MIN_SAMPLES loads' timings of it, then seeded from them. A guess there cannot tell a long
+# copy that pays from one that does not (on a compute-bound CPU a row can cost half as much in
+# a long batch), and on a flat curve (a GPU) it prices long drafts dearly.
+LONGEST_VERIFY = MAX_DRAFT + 1
 
 
 class Session:
@@ -154,9 +159,11 @@ class Session:
         self.profile_keys = profile_keys(spec, machine, self._threads, offload) if profiles is not None else None
         self._draft_path = str(Path(spec.draft).resolve()) if spec.draft else None  # what its use is counted under
         self._adopt_old_keys()
-        curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft)
+        known = self._verify_history()
+        once = () if len(known.get(LONGEST_VERIFY, ())) >= MIN_SAMPLES else (LONGEST_VERIFY,)
+        curve, draft_cost = calibrate(target, CALIBRATION_SIZES, draft=draft, once=once)
         # what earlier loads of the pair measured here: a load that met the machine busy is outvoted
-        for n, history in self._verify_history().items():
+        for n, history in known.items():
             for seconds in history:
                 curve.seed(n, seconds)
         for seconds in self._draft_history():
@@ -408,7 +415,8 @@ class Session:
     def _recheck(self) -> None:
         """Time the costs again where the machine's speed moved since the calibration; the
         session's first reply probes T(1) for it (a load timed beside a burst of other work)."""
-        recheck(self.costs, self.target, CALIBRATION_SIZES, self.draft, probe=not self._checked)
+        sizes = (*CALIBRATION_SIZES, LONGEST_VERIFY)
+        recheck(self.costs, self.target, sizes, self.draft, probe=not self._checked)
         self._checked = True
 
     def divergence(self, messages: Sequence[dict], ref: Sequence[int], got: Sequence[int], raw: bool = False):

@@ -85,10 +85,14 @@ class VerifyCurve:
     def seed(self, n: int, seconds: float) -> None:
         """T(n) an earlier load of this pair measured here (the profile's history), for a size
         this load calibrated: in the estimate beside this load's samples until they fill the
-        window, so a burst during the load's three samples is outvoted; never in ``points(own=True)``."""
-        if n in self._samples and seconds > 0:
+        window, so a burst during the load's three samples is outvoted. For a size past all it
+        calibrated (a long verify an earlier load timed), the estimate there: a measurement beats
+        the extrapolation. Never in ``points(own=True)``."""
+        calibrated = n in self._samples
+        if seconds > 0 and (calibrated or n > max(self._samples, default=n)):
             self._seeds.setdefault(n, []).append(float(seconds))
-            self._reference[n] = median(self._group(n))
+            if calibrated:
+                self._reference[n] = median(self._group(n))
             self._full = None
 
     def _group(self, n: int) -> list[float]:
@@ -142,7 +146,8 @@ class VerifyCurve:
 
     @property
     def sizes(self) -> list[int]:
-        return sorted(self._samples)
+        """The sizes timed: by this load, or past them by an earlier one (``seed``)."""
+        return sorted({*self._samples, *self._seeds})
 
     def n_samples(self, n: int) -> int:
         return len(self._samples.get(n, ()))
@@ -159,7 +164,7 @@ class VerifyCurve:
     def points(self, own: bool = False) -> dict[int, float]:
         """The monotone estimate at each measured size; ``own``: from this load's samples alone
         (what its profile keeps, not the history it was seeded with)."""
-        xs = self.sizes
+        xs = sorted(self._samples) if own else self.sizes
         scale = self.time_scale
         # a thin size (fewer than MIN_SAMPLES, as one met only on long runs past k) is taken at
         # its lowest sample: load only ever adds time, and the median of two is their mean
@@ -312,11 +317,6 @@ class CostModel:
     def T(self, n: int) -> float:
         return self.verify.T(n)
 
-    @property
-    def timed(self) -> int:
-        """The longest verify timed (0: none); T past it is a guess."""
-        return max(self.verify.sizes, default=0)
-
     def curve(self, draft_max: int) -> np.ndarray:
         return self.verify.curve(draft_max)
 
@@ -391,18 +391,11 @@ def speeds(
     return tokens / seconds
 
 
-def best_k(rates: np.ndarray, min_gain: float, timed: int = 0) -> int:
+def best_k(rates: np.ndarray, min_gain: float) -> int:
     """The k of the best expected rate (``speeds``), or 0 where that is not ``min_gain`` times
-    the rate of none: the one rule by which a draft length or a copy's length is chosen.
-
-    ``timed`` (a copy's length: ``rules.LookupGate``): the longest verify timed. Past it T is a
-    guess (``VerifyCurve._interpolate``), so where the longest k on offer lies there and its
-    rate is within ``min_gain`` of the best, it is taken instead: the model cannot tell them
-    apart, and only a verify that long times it (a CPU's rows can come cheaper in a long batch)."""
-    k, last = int(np.argmax(rates)), len(rates) - 1
-    if rates[k] < min_gain * rates[0]:
-        return 0
-    return last if 0 < timed <= last and min_gain * rates[last] >= rates[k] else k
+    the rate of none: the one rule by which a draft length or a copy's length is chosen."""
+    k = int(np.argmax(rates))
+    return k if rates[k] >= min_gain * rates[0] else 0
 
 
 def step_seconds(costs: CostModel, k: int) -> float:
@@ -437,27 +430,30 @@ def time_sizes(
     prefix: int = CALIBRATION_PREFIX,
     warmup: int = 0,
     on_top: bool = False,
+    once: Iterable[int] = (),
 ) -> dict[int, list[float]]:
     """Seconds of one evaluation of n tokens with n logits rows, after ``prefix`` cached tokens
     (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
     untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
-    lands on different sizes in different rounds. A model that settles (``CachedModel.settle``:
-    on a GPU) has each size timed in a run of its own instead, after that many untimed
-    evaluations: its steady cost, which the verify curve holds (``CachedModel.steady``). The
-    cache is restored; ``on_top``: one that holds tokens already (a conversation) is timed on
-    top of them instead, and not evaluated again."""
-    sizes = [n for n in sizes if 1 <= n <= model.n_ctx]
+    lands on different sizes in different rounds; the sizes ``once``, in the last round only. A
+    model that settles (``CachedModel.settle``: on a GPU) has each size timed in a run of its
+    own instead, after that many untimed evaluations: its steady cost, which the verify curve
+    holds (``CachedModel.steady``). The cache is restored; ``on_top``: one that holds tokens
+    already (a conversation) is timed on top of them instead, and not evaluated again."""
+    once = {n for n in once if 1 <= n <= model.n_ctx}
+    sizes = sorted({n for n in sizes if 1 <= n <= model.n_ctx} | once)
     out: dict[int, list[float]] = {n: [] for n in sizes}
     run = sizes if model.settle else []  # sizes timed in a run of their own
     with timing_prefix(model, max(sizes, default=1), prefix, on_top) as (tokens, prefix):
         for n in run:  # each after a change of size: ``settle`` untimed evaluations
             untimed = max(warmup, model.settle)
-            for r in range(untimed + repeats):
+            for r in range(untimed + (1 if n in once else repeats)):
                 seconds = time_one(model, tokens[prefix : prefix + n], prefix)
                 if r >= untimed:
                     out[n].append(seconds)
         for r in range(warmup + repeats):
-            for n in (n for n in sizes if n not in run):
+            last = r == warmup + repeats - 1
+            for n in (n for n in sizes if n not in run and (last or n not in once)):
                 seconds = time_one(model, tokens[prefix : prefix + n], prefix)
                 if r >= warmup:
                     out[n].append(seconds)
@@ -503,11 +499,13 @@ def calibrate(
     repeats: int = 3,
     prefix: int = CALIBRATION_PREFIX,
     warmup: int = 0,
+    once: Sequence[int] = (),
 ) -> tuple[VerifyCurve, DraftCost]:
-    """The target's verify curve and the draft's pass time, measured here (see time_sizes).
-    No warm-up round by default: a first-use spike is one sample of three, which the median
-    ignores, and the load stays short (a few seconds for a 1.5B target and a 0.5B draft on 2 CPU cores)."""
-    curve = VerifyCurve(samples=time_sizes(target, sizes, repeats, prefix, warmup))
+    """The target's verify curve (``once``: sizes timed in one round, see time_sizes) and the
+    draft's pass time, measured here. No warm-up round by default: a first-use spike is one
+    sample of three, which the median ignores, and the load stays short (a few seconds for a
+    1.5B target and a 0.5B draft on 2 CPU cores)."""
+    curve = VerifyCurve(samples=time_sizes(target, sizes, repeats, prefix, warmup, once=once))
     draft_cost = DraftCost()
     if draft is not None:
         for s in time_sizes(draft, (1,), repeats, prefix, warmup).get(1, []):

@@ -57,8 +57,7 @@ class Policy:
     """A proposal must promise this much over proposing nothing (a copy beside drafts: over
     the drafts): the speed model leaves out a step's Python work and bookkeeping, a few per cent
     together. So a try's step is priced at least this much over 1 of its time, and drafting is
-    never tried where even a draft always accepted cannot promise it; and a copy longer than
-    any verify timed is proposed whole where its guessed rate is within this of the best."""
+    never tried where even a draft always accepted cannot promise it."""
 
     # --- drafts from suffix matches (the context, past replies) ----------------------------
     suffix_depth: int = 24

@@ -89,7 +89,7 @@ class LookupGate:
         if available <= 0 or not self.costs.verify:
             return available
         rates = speeds(self.costs, self.alpha(n), available, t_draft=0.0)
-        return best_k(rates, self.policy.min_gain, self.costs.timed)
+        return best_k(rates, self.policy.min_gain)
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""

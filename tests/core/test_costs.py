@@ -262,6 +262,18 @@ class TestCalibration:
         assert [curve.T(n) for n in (1, 2, 4)] == pytest.approx([0.005, 0.006, 0.008])
         assert draft_cost.seconds == pytest.approx(0.0045)
 
+    @pytest.mark.parametrize("settle", [0, 2])
+    def test_a_size_timed_once_is_timed_in_one_round_after_the_others(self, monkeypatch, settle):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+        target = TimedModel(hashed_logits(10, V), V, clock, linear)
+        target.settle = settle
+        curve, _ = calibrate(target, sizes=(1, 2), prefix=20, once=(33,))
+        assert curve.sizes == [1, 2, 33] and [curve.n_samples(n) for n in (1, 2, 33)] == [3, 3, 1]
+        assert curve.T(33) == pytest.approx(0.33)
+        runs = [call[0] for call in target.decode_calls if call[0] == call[1] and call[0] in (1, 2, 33)]
+        assert runs.count(33) == 1 + settle and (settle or runs[-1] == 33)  # a CPU's: in the last round
+
     def test_tokens_are_distinct_ordinary_ids(self):
         model = FakeModel(hashed_logits(1, V), V)
         ids = costs.calibration_tokens(model, 40)
@@ -302,15 +314,29 @@ class TestCalibration:
 class TestVerifyCurveSeeds:
     def test_seeds_outvote_a_busy_calibration_and_are_not_this_loads_own(self):
         curve = VerifyCurve()
-        for n, t in ((1, 1.0), (2, 1.2)):
+        for n, t in ((1, 1.0), (4, 1.2)):
             for _ in range(3):  # this load: beside a build
                 curve.add(n, 3 * t)
             for _ in range(5):  # the profile's last loads
                 curve.seed(n, t)
-        curve.seed(4, 1.5)  # a size this load did not calibrate: not seeded
-        assert curve.points() == pytest.approx({1: 1.0, 2: 1.2})
-        assert curve.points(own=True) == pytest.approx({1: 3.0, 2: 3.6})
-        assert curve.copy().points() == pytest.approx({1: 1.0, 2: 1.2})
+        curve.seed(2, 1.1)  # a size between those this load calibrated: its own samples rule there
+        assert curve.points() == pytest.approx({1: 1.0, 4: 1.2})
+        assert curve.points(own=True) == pytest.approx({1: 3.0, 4: 3.6})
+        assert curve.copy().points() == pytest.approx({1: 1.0, 4: 1.2})
+
+    def test_a_long_verify_an_earlier_load_timed_replaces_the_guess_past_the_calibration(self):
+        curve = VerifyCurve()
+        for n, t in ((1, 1.0), (4, 2.5), (8, 6.0)):
+            for _ in range(3):
+                curve.add(n, t)
+        guess = curve.T(33)  # the median slope carried on: 6 + 25 * 0.75
+        for t in (14.0, 15.0, 14.5):  # what the profile's loads timed
+            curve.seed(33, t)
+        assert guess > 20 and curve.T(33) == pytest.approx(14.5)
+        assert curve.T(16) == pytest.approx(6.0 + 8 * (14.5 - 6.0) / 25)  # between what was timed
+        assert 33 in curve.sizes and 33 not in curve.points(own=True)
+        curve.observe(33, 30.0)  # the first verify of a size this load never ran warms: not kept
+        assert curve.T(33) == pytest.approx(14.5)
 
     def test_this_loads_own_samples_push_the_seeds_out_of_the_window(self):
         curve = VerifyCurve()
@@ -406,15 +432,9 @@ class TestRecheck:
 
 
 class TestBestK:
-    """costs.best_k: the best rate's k, none unless it gains min_gain; past the longest verify
-    timed (a guess) the longest length on offer where it is within min_gain of the best."""
+    """costs.best_k: the best rate's k, none unless it gains min_gain."""
 
     def test_the_best_or_none(self):
         assert costs.best_k(np.array([1.0, 1.2, 1.4, 1.38, 1.36]), 1.05) == 2
-        assert costs.best_k(np.array([1.0, 1.02, 1.03]), 1.05, timed=1) == 0
-
-    def test_the_longest_untimed_length_where_the_model_cannot_tell_it_from_the_best(self):
-        rates = np.array([1.0, 1.2, 1.4, 1.38, 1.36])
-        assert costs.best_k(rates, 1.05, timed=3) == 4  # 1.05 * 1.36 >= 1.4: a verify of 5, never timed
-        assert costs.best_k(rates, 1.05, timed=5) == 2  # every length on offer was timed
-        assert costs.best_k(np.array([1.0, 1.4, 1.2]), 1.05, timed=1) == 1  # 1.05 * 1.2 < 1.4
+        assert costs.best_k(np.array([1.0, 1.02, 1.03]), 1.05) == 0
+        assert costs.best_k(np.array([1.0, 1.04, 1.06]), 1.05) == 2

@@ -328,28 +328,17 @@ class TestLookupGate:
         d.observe(proposal, (2, 0), (9,))
         assert gate.counts[("context", 2)][1] > 1.0 and len(gate.counts) == 1
 
-    # timed up to 8 rows (the calibration's sizes), best at 6 (1.43 tokens per T(1)); past 8 the
-    # extrapolation guesses the median slope, 0.69 T(1) a row: 33 rows 1.42 tokens per T(1)
-    TIMED_TO_8 = {1: 1.0, 2: 1.75, 4: 3.0, 6: 4.2, 8: 6.0}
+    # the calibration's sizes, best at 6 (1.43 tokens per T(1)); 33 rows as a load times them
+    CALIBRATED = {1: 1.0, 2: 1.75, 4: 3.0, 6: 4.2, 8: 6.0}
 
-    def test_a_trusted_copy_longer_than_any_verify_timed_is_proposed_whole_to_time_it(self):
-        gate = LookupGate(CostModel(dict(self.TIMED_TO_8)), P, (200.0, 0.5))
-        rates = speeds(gate.costs, gate.alpha(4), 32, t_draft=0.0)
-        best = int(np.argmax(rates))
-        assert best < 32 and P.min_gain * rates[32] >= rates[best]  # the model cannot tell them apart
-        assert gate.length(4, 32) == 32
+    @pytest.mark.parametrize("t33, whole", [(14.0, True), (24.0, False)])
+    def test_a_trusted_walk_is_proposed_whole_where_the_longest_verify_timed_cheap(self, t33, whole):
+        gate = LookupGate(CostModel({**self.CALIBRATED, 33: t33}), P, (200.0, 0.5))  # alpha 0.998
+        assert (gate.length(4, 32) == 32) == whole
+        assert gate.length(4, 32) >= 1
 
-    def test_no_long_copy_to_time_where_the_guess_prices_it_well_below_the_best_or_it_was_timed(self):
-        assert LookupGate(CostModel(dict(self.TIMED_TO_8)), P, (9.0, 1.0)).length(4, 32) < 32  # alpha 0.9
-        steep = CostModel({1: 1.0, 2: 1.2, 3: 2.1, 4: 3.0, 8: 6.6})  # 2 rows cheap, then 0.9 T(1) a row
-        assert LookupGate(steep, P, (200.0, 0.5)).length(4, 32) == 1
-        timed = CostModel({**self.TIMED_TO_8, 33: 24.0})
-        assert LookupGate(timed, P, (200.0, 0.5)).length(4, 32) < 32
-
-    @pytest.mark.parametrize("slope_past_8, long_verifies", [(0.25, "many"), (1.0, "two")])
-    def test_the_engine_keeps_copying_long_only_where_long_verifies_timed_cheap(
-        self, monkeypatch, slope_past_8, long_verifies
-    ):
+    @pytest.mark.parametrize("slope_past_8, long_copies", [(0.25, True), (1.0, False)])
+    def test_the_engine_copies_long_only_where_long_verifies_cost_less(self, monkeypatch, slope_past_8, long_copies):
         fn = hashed_logits(7, 50, order=2, eos_bias=-50.0)  # logits of the last 2 tokens and the position mod 7
         prompt = [5, 6, 7, 8, 9, 10]
         first = [t for s in SpeculativeEngine(FakeModel(fn, 50)).generate(prompt, GREEDY, 141) for t in s.emitted]
@@ -360,17 +349,17 @@ class TestLookupGate:
         monkeypatch.setattr(costs_module, "clock", clock)
 
         def seconds(n, call):
-            timed = self.TIMED_TO_8
+            timed = self.CALIBRATED
             return float(np.interp(min(n, 8), list(timed), list(timed.values()))) + slope_past_8 * max(n - 8, 0)
 
-        costs = CostModel(dict(self.TIMED_TO_8), t_draft=5.0)  # a draft pass never pays: copies only
+        costs = CostModel({**self.CALIBRATED, 33: seconds(33, 0)}, t_draft=5.0)  # a draft pass never pays
         drafter = ModelDrafter(FakeModel(hashed_logits(8, 50), 50), 50, costs=costs)
         copier = SuffixDrafter(gate=LookupGate(costs, P, (200.0, 0.5)))
         engine = SpeculativeEngine(TimedModel(fn, 50, clock, seconds), drafter, AdaptiveController(costs, 8), (copier,))
         steps = list(engine.generate(prompt, GREEDY, 141))
         assert [t for s in steps for t in s.emitted] == ref
         n_long = sum(len(s.drafted) > 16 for s in steps)
-        assert n_long >= 2 and (n_long > 2) == (long_verifies == "many")
+        assert (n_long >= 3) == long_copies and (n_long == 0) == (not long_copies)
 
     def test_greedy_output_is_the_targets_with_the_gate(self, monkeypatch):
         fn = hashed_logits(5, 12, order=2)  # a small vocabulary repeats n-grams often

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from localspec import lockedfile
-from localspec.chat.session import COPIES, LoadOptions, PairSpec, Session
+from localspec.chat.session import COPIES, LONGEST_VERIFY, LoadOptions, PairSpec, Session
 from localspec.core.controller import AdaptiveController
 from localspec.core.costs import CostModel
 from localspec.core.estimates import prior_from
@@ -237,6 +237,26 @@ class TestSessionKeepsProfiles:
         finally:
             again.close()
 
+    def test_loads_time_the_longest_verify_until_the_profile_holds_three_timings_of_it(self, tiny_pair, tmp_path):
+        from localspec.core import costs
+
+        store, options = ProfileStore(tmp_path / "profiles.json"), LoadOptions(n_ctx=512, threads=1)
+        timed_once: list[tuple[int, ...]] = []
+
+        def spy(*args, **kwargs):
+            timed_once.append(tuple(kwargs.get("once", ())))
+            return costs.calibrate(*args, **kwargs)
+
+        loads = [load_calibrated_by(spy, tiny_pair, options, store) for _ in range(4)]
+        for s in loads:
+            s.close()
+        assert timed_once == [(LONGEST_VERIFY,)] * 3 + [()]
+        key = model_key(tiny_pair[0], loads[0].machine, 1, loads[0].offload.target_layers)
+        assert len(store.get(key).verify_history[LONGEST_VERIFY]) == 3
+        last = loads[-1].costs.verify  # seeded with them, not timed
+        assert LONGEST_VERIFY in last.sizes and LONGEST_VERIFY not in last.points(own=True)
+        assert last.T(LONGEST_VERIFY) == pytest.approx(store.get(key).verify[LONGEST_VERIFY], rel=0.01)
+
     def test_a_load_beside_a_burst_of_load_starts_from_the_draft_pass_measured_before(self, tiny_pair, tmp_path):
         store = ProfileStore(tmp_path / "profiles.json")
         options = LoadOptions(n_ctx=512, threads=1)
@@ -288,7 +308,7 @@ class TestSessionKeepsProfiles:
             for n, t in busy.costs.verify.points().items():  # outvoted by the loads before it
                 assert t < 3 * max(usual.values()), n
             own = busy.costs.verify.points(own=True)
-            assert all(own[n] > 10 * usual[n] for n in usual)  # and its own curve is what it saves
+            assert own and all(own[n] > 10 * usual[n] for n in own)  # and its own curve is what it saves
         finally:
             busy.close()
         assert max(store.get(key).verify_history[1]) > 10 * usual[1]  # the busy load's entry, its own
