@@ -11,8 +11,8 @@ real draft model (its rows memoised next to the recording, in ``REC.json.memo``,
 replay runs in seconds), and every evaluation advances a virtual clock by the measured T(n) or
 draft pass, times a lognormal factor of ``noise`` sigma (and ``burst``'s factor in a busy
 stretch of each reply). With noise the costs are calibrated at load as a session does (sizes 1,
-2, 3, 4, 6, 8, three samples each) and learnt online; without, the controller is given the
-measured curve. Every mode's state carries over the prompts in order, as in the bench; with
+2, 3, 4, 6, 8, three samples each, and the longest verify one) and learnt online; without, the
+controller is given the measured curve. Every mode's state carries over the prompts in order, as in the bench; with
 ``cold`` none does (every reply a fresh load, as ``localspec run`` starts), but each starts from
 the acceptance the earlier replies counted, as a profile would hold (``no_profile``: from the
 default prior, a machine's very first runs). It gives, per prompt, tokens/s over the target
