@@ -235,7 +235,8 @@ class Generation:
         self._index += 1
         text_of = self.session.token_text
         drafted = tuple(text_of(t) for t in step.drafted)
-        inspected = InspectedStep(self._index, step.k, drafted, step.n_accepted, text_of(step.token), step.source)
+        source = step.source + (f"+{step.extended[0]}" if step.extended else "")  # a copy the draft model extended
+        inspected = InspectedStep(self._index, step.k, drafted, step.n_accepted, text_of(step.token), source)
         n_draft = min(step.n_accepted, len(step.emitted))
         n_draft_chars = split_draft_chars([text_of(t) for t in step.emitted], step.text, n_draft)
         thinking, answer = self.splitter.feed(step.text)

@@ -446,11 +446,15 @@ class Session:
         u = self._use.setdefault(self._drafting_key(mode), Use())
         u.tokens += len(step.emitted)
         u.seconds += step.step_seconds
+        drafted, accepted = len(step.drafted), step.n_accepted
         if step.source in COPIES:  # a copy's verdict is its gate's, not the drafter's acceptance (the prior)
-            return
-        u.drafted += len(step.drafted)
-        u.accepted += step.n_accepted
-        u.rejected += step.n_accepted < len(step.drafted)
+            n_copied = drafted - (step.extended[1] if step.extended else 0)
+            if n_copied == drafted or accepted < n_copied:  # no extension, or one never tested
+                return
+            drafted, accepted = drafted - n_copied, accepted - n_copied
+        u.drafted += drafted
+        u.accepted += accepted
+        u.rejected += accepted < drafted
 
     def save_profile(self) -> None:
         """Keep what this pair measured here (the target's curve as refined so far, a draft

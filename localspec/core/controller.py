@@ -17,7 +17,7 @@ import numpy as np
 
 from .budget import Tries
 from .choice import Choice, Reason
-from .costs import CostModel, best_k, speeds
+from .costs import CostModel, best_k, extension_value, speeds
 from .drafters import Draft
 from .estimates import Acceptance, SpeedGuard
 from .policy import DEFAULT, Policy
@@ -43,8 +43,9 @@ class FixedController:
     def state(self) -> Choice:
         return self.choose()
 
-    def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        return pick_copy(copies, self.costs, lambda: speeds(self.costs, self.acceptance.alpha, k), k, self.policy)
+    def pick(self, copies: Sequence[Draft], k: int, room: int = 0) -> tuple[Draft | None, int]:
+        alpha = self.acceptance.alpha
+        return pick_copy(copies, self.costs, lambda: speeds(self.costs, alpha, k), k, self.policy, alpha, room)
 
     def begin_reply(self) -> None:
         pass
@@ -64,21 +65,34 @@ def best_gain(rates: np.ndarray) -> float:
 
 
 def pick_copy(
-    copies: Sequence[Draft], costs: CostModel, rates: Callable[[], np.ndarray], k: int, policy: Policy
-) -> Draft | None:
+    copies: Sequence[Draft],
+    costs: CostModel,
+    rates: Callable[[], np.ndarray],
+    k: int,
+    policy: Policy,
+    alpha: float = 0.0,
+    room: int = 0,
+) -> tuple[Draft | None, int]:
     """The copy a step verifies in place of ``k`` drafts (``rates()``: ``costs.speeds`` at the
-    learnt acceptance). Beside drafts, the copy of the best expected rate (its source's
-    acceptance, no draft pass) where it beats the drafts' by ``min_gain``; in place of the
-    target alone (k = 0), or before anything is timed, the first proposed: its gate priced it."""
+    learnt acceptance ``alpha``), and how many tokens the draft model adds after it. Beside
+    drafts, the copy of the best expected rate (its source's acceptance, no draft pass) where it
+    beats the drafts' by ``min_gain``, extended by up to k tokens within the ``room`` a verify
+    has left where they are worth more than the drafts' steps would make of that time
+    (``costs.extension_value``); in place of the target alone (k = 0), or before anything is
+    timed, the first proposed, alone: its gate priced it."""
     proposed = [c for c in copies if c.ids]
     if not proposed or k == 0 or not costs.verify:
-        return proposed[0] if proposed else None
-    best, best_tps = None, policy.min_gain * float(rates()[k])
+        return (proposed[0] if proposed else None), 0
+    bar = policy.min_gain * float(rates()[k])
+    best, best_tps = None, bar
     for copy in proposed:
         j = len(copy.ids)
         if copy.alpha is not None and (tps := float(speeds(costs, copy.alpha, j, t_draft=0.0)[j])) > best_tps:
             best, best_tps = copy, tps
-    return best
+    if best is None or best.alpha is None:
+        return None, 0
+    j = len(best.ids)
+    return best, int(np.argmax(extension_value(costs, best.alpha, j, alpha, max(min(k, room - j), 0), bar)))
 
 
 class AdaptiveController:
@@ -152,8 +166,9 @@ class AdaptiveController:
         self.last = self._choose(behind)
         return self.last
 
-    def pick(self, copies: Sequence[Draft], k: int) -> Draft | None:
-        return pick_copy(copies, self.costs, self.speeds, min(k, self.draft_max), self.policy)
+    def pick(self, copies: Sequence[Draft], k: int, room: int = 0) -> tuple[Draft | None, int]:
+        """The copy a step verifies, if any, and the draft model's tokens after it (``pick_copy``)."""
+        return pick_copy(copies, self.costs, self.speeds, min(k, self.draft_max), self.policy, self.alpha, room)
 
     def state(self) -> Choice:
         """The last step's choice; before any, what one would be now (on a copy: nothing spent)."""

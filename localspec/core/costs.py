@@ -260,7 +260,7 @@ class DraftCost:
         if n_tokens >= READ_MIN and seconds > 0:
             self._read.append(seconds / n_tokens)
 
-    def read(self, n_tokens: int) -> float:
+    def read(self, n_tokens: float) -> float:
         """Seconds to read ``n_tokens`` at once (the measured per-token median, times n)."""
         per_token = median(self._read) if self._read else READ_PRIOR * self._value
         return n_tokens * per_token
@@ -310,7 +310,7 @@ class CostModel:
         """This load's own draft pass (``DraftCost.own_seconds``) at the machine's speed now."""
         return self.draft.own_seconds * self.verify.time_scale
 
-    def read(self, n_tokens: int) -> float:
+    def read(self, n_tokens: float) -> float:
         """Seconds for the draft model to read ``n_tokens`` at once (``DraftCost.read``)."""
         return self.draft.read(n_tokens) * self.verify.time_scale
 
@@ -389,6 +389,25 @@ def speeds(
         tokens = np.where(ks > 0, propose * tokens + (1.0 - propose), tokens)
         seconds = np.where(ks > 0, propose * seconds + (1.0 - propose) * (per_token + curve[0]), seconds)
     return tokens / seconds
+
+
+def extension_value(costs: CostModel, alpha_copy: float, j: int, alpha: float, m_max: int, rate: float) -> np.ndarray:
+    """What a draft model's m = 0..m_max tokens after a copy of ``j`` tokens are worth, in tokens,
+    where time buys ``rate`` tokens a second otherwise (the model's own steps): the tokens they
+    add (each accepted at ``alpha``, and tested only where all the copy is, at ``alpha_copy``
+    each), less ``rate`` times what they add to the step: m draft passes, the longer verify, and
+    the read of the copied tokens that will not be kept (the model reads the kept ones after the
+    copy's step anyway). One longer step yields one token fewer than a step of the copy and one
+    of the model would, so this pays only where a verify row and a draft pass are cheap beside
+    a whole verify. m = 0 is worth 0.
+
+        alpha_copy^j (E(m; alpha) - 1) - rate (m t_draft + read(j + 1 - E(j; alpha_copy)) + T(j + m + 1) - T(j + 1))"""
+    ms = np.arange(m_max + 1)
+    tokens = alpha_copy**j * (expected_tokens(alpha, ms) - 1.0)
+    wasted = costs.read(j + 1.0 - expected_tokens(alpha_copy, j))
+    curve = costs.curve(j + m_max + 1)
+    seconds = np.where(ms > 0, ms * costs.t_draft + wasted, 0.0) + curve[j + 1 + ms] - curve[j + 1]
+    return tokens - rate * seconds
 
 
 def best_k(rates: np.ndarray, min_gain: float) -> int:

@@ -32,7 +32,7 @@ from .sampling import SamplingParams, apply_repeat_penalty, process, sample
 @dataclass(frozen=True)
 class Draft:
     ids: tuple[int, ...] = ()
-    q_draft: tuple[np.ndarray, ...] | None = None
+    q_draft: tuple[np.ndarray | None, ...] | None = None  # per token; None: one-hot (a copy's)
     n_evals: int = 0  # forward passes the drafter ran (0 for lookup): feeds the cost model
     confidence: tuple[float, ...] = ()  # the draft's probability for each token it proposed
     copied: bool = False  # a copy from the context: no pass, its verdict is the drafter's own business
@@ -42,18 +42,31 @@ class Draft:
     match: tuple[str, int] | None = None  # a copy: what its gate judges it by (source, match length bucket)
     continuation: tuple[int, ...] = ()  # a copy: all that followed the match, proposed or not
     source: str = ""  # where the tokens come from: "context", "history" (a copy), else the drafter's name
+    extension: Draft | None = None  # a copy: the draft model's tokens after it (the end of ``ids``)
+
+    @property
+    def n_copied(self) -> int:
+        """The tokens of ``ids`` the copy proposed (all of a copy without an extension)."""
+        return len(self.ids) - (len(self.extension.ids) if self.extension else 0)
 
 
 @runtime_checkable
 class Drafter(Protocol):
     name: str
+    extends: bool  # whether ``draft`` takes ``after``: tokens a copy proposed, to draft on from
 
     def draft(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, draft_max: int = 0
+        self,
+        context: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        draft_max: int = 0,
+        after: Sequence[int] = (),
     ) -> Draft:
         """Up to ``k`` tokens after ``context`` (a free copy may run longer: see Draft);
         ``draft_max`` > k: a draft model may go on to ``draft_max`` tokens while it is sure of every
-        one (rules.MarginalRule)."""
+        one (rules.MarginalRule); ``after`` (where ``extends``): after ``context`` and these."""
         ...
 
     def prefill(self, context: Sequence[int]) -> None: ...
@@ -67,9 +80,16 @@ class DrafterBase(Drafter):
     """A drafter whose hooks do nothing: subclass it and write ``draft``."""
 
     name = "base"
+    extends = False
 
     def draft(
-        self, context: Sequence[int], k: int, params: SamplingParams, rng: np.random.Generator, draft_max: int = 0
+        self,
+        context: Sequence[int],
+        k: int,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        draft_max: int = 0,
+        after: Sequence[int] = (),
     ) -> Draft:
         raise NotImplementedError
 
@@ -92,7 +112,7 @@ class NoDrafter(DrafterBase):
 
     name = "none"
 
-    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
         return Draft()
 
 
@@ -103,7 +123,8 @@ class ModelDrafter(DrafterBase):
     unsure of is likely rejected, and every rejected token costs a draft pass and a verify row.
     Given the measured ``costs``, the :class:`MarginalRule` decides as well, and the first
     token is then proposed whenever the rule says its verify row pays, whatever ``p_min``:
-    its draft pass is spent already.
+    its draft pass is spent already. It can draft on from a copy (``after``) where its model
+    ``reads_ahead``: it reads the copy with its first pass.
     """
 
     name = "draft"
@@ -118,7 +139,7 @@ class ModelDrafter(DrafterBase):
         policy: Policy = DEFAULT,
         source: str = "draft",
     ) -> None:
-        self.model = model
+        self.model, self.extends = model, model.reads_ahead
         self.source = source  # what its tokens are counted as: "draft", or "mtp" (the target's own layers)
         self.costs, self.policy = costs, policy
         self.n_vocab_target = n_vocab_target
@@ -128,12 +149,13 @@ class ModelDrafter(DrafterBase):
         self._banned = np.array(sorted(set(banned) | set(range(n_vocab_target, model.n_vocab))), dtype=np.int64)
         self._last_context, self._last_len = None, 0
 
-    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
-        room = self.model.n_ctx - len(context)
+    def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
+        room = self.model.n_ctx - len(context) - len(after)
         k, draft_max = min(k, room), min(draft_max, room)
         if k <= 0:
             return Draft()
         known = self._known(context)
+        context = [*context, *after] if after else context
         n_read = len(context) - known - common_prefix(self.model.cached[known:], context[known:])
         t0 = _costs.clock()
         rows = self.model.sync(context, n_logits=1, known=known)
@@ -249,7 +271,7 @@ class OracleDrafter(DrafterBase):
         self.left_reference_at: int | None = None
         self._checked = 0  # reply tokens already compared with the reference
 
-    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
         pos = len(context) - self.prompt_len  # reply tokens so far
         if not self._on_reference(context, pos) or k <= 0 or pos >= len(self.proposals):
             return Draft()

@@ -57,10 +57,21 @@ class Step:
     step_seconds: float  # wall time of the whole step, prefill excluded
     finish: Finish | None = None
     source: str = ""  # where the drafts came from: "context", "history", "draft", "mtp" ("": none drafted)
+    extended: tuple[str, int] | None = None  # a copy the draft model extended: its source, its tokens (the last)
 
     @property
     def overhead_seconds(self) -> float:
         return max(self.step_seconds - self.draft_seconds - self.verify_seconds, 0.0)
+
+    def accepted_by_source(self) -> dict[str, int]:
+        """The accepted drafts by where they came from: a copy's, then its extension's."""
+        if not self.source:
+            return {}
+        if self.extended is None:
+            return {self.source: self.n_accepted}
+        name, n = self.extended
+        n_copied = len(self.drafted) - n
+        return {self.source: min(self.n_accepted, n_copied), name: max(self.n_accepted - n_copied, 0)}
 
 
 class SpeculativeEngine:
@@ -127,13 +138,12 @@ class SpeculativeEngine:
         draft_max = max(0, min(budget - 1, room - 1))
         k = min(choice.k, draft_max)
         t0 = _costs.clock()
-        # copies cost no pass: as long as a verify's rows allow and the reply's budget, each
-        # proposing what its gate prices worth verifying (a regenerated reply copies whole runs)
+        # copies cost no pass: as long as a verify's rows and the budget allow, as its gate prices
         n_copy = min(draft_max, MAX_DRAFT)
         copies = [c.draft(context, n_copy, params, rng) for c in self.copiers] if n_copy > 0 else []
-        copy = self.controller.pick(copies, k)
+        copy, n_extend = self.controller.pick(copies, k, n_copy if self.drafter.extends else 0)
         if copy is not None:  # its verdict is the copier's business, not the acceptance's
-            draft = replace(copy, copied=True)
+            draft = extend(self.drafter, replace(copy, copied=True), context, n_extend, params, rng)
         else:
             draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
@@ -178,6 +188,7 @@ class SpeculativeEngine:
             step_seconds=_costs.clock() - t_start,
             finish=finish,
             source=(draft.source or self.drafter.name) if drafted else "",
+            extended=(draft.extension.source, len(draft.extension.ids)) if draft.extension else None,
         )
 
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
@@ -196,21 +207,43 @@ class SpeculativeEngine:
         costs = self.controller.costs
         if self.target.steady:  # the curve holds steady costs (CachedModel.settle)
             costs.observe_verify(n_verified, t_verify)
-        if draft.read_seconds > 0:  # the first pass caught up: timed as reading, not drafting
-            costs.observe_read(draft.n_read, draft.read_seconds)
-            costs.observe_draft(draft.n_evals - 1, t_draft - draft.read_seconds)
-        else:
-            costs.observe_draft(draft.n_evals, t_draft)
-        if draft.confidence:
-            costs.observe_confidence(draft.confidence[: len(drafted)], verdict.n_accepted)
-        if not draft.copied:  # copies are the drafter's own business (rules.LookupGate)
-            self.controller.observe(len(drafted), verdict.n_accepted, draft.n_evals)
+        read = draft.read_seconds  # a first pass that caught up: timed as reading, not drafting
+        if read > 0:
+            costs.observe_read(draft.n_read, read)
+        costs.observe_draft(draft.n_evals - (read > 0), t_draft - read)
+        # the drafter's own tokens (after a copy, tested where all of it was kept); a copy's are its gate's
+        n_copied = min(draft.n_copied, len(drafted)) if draft.copied else 0
+        n_own, own_kept = len(drafted) - n_copied, verdict.n_accepted - n_copied
+        if draft.confidence and own_kept >= 0:
+            costs.observe_confidence(draft.confidence[:n_own], own_kept)
+        if not draft.copied or (n_own and own_kept >= 0):
+            self.controller.observe(n_own, own_kept, draft.n_evals)
         kept = (*drafted[: verdict.n_accepted], verdict.token)
-        tested = (len(drafted), verdict.n_accepted)
         if copy is None:
-            self.drafter.observe(draft, tested, kept)
+            self.drafter.observe(draft, (len(drafted), verdict.n_accepted), kept)
+        tested = (n_copied, min(verdict.n_accepted, n_copied))
         for copier, proposed in zip(self.copiers, copies):
             copier.observe(proposed, tested if proposed is copy else None, kept)
+
+
+def extend(drafter: Drafter, copy: Draft, context, m: int, params, rng) -> Draft:
+    """``copy`` and the draft model's up to ``m`` tokens after it, in one draft: the model
+    reads the copy with its first pass; a copy's own tokens are one-hot q."""
+    if m <= 0:
+        return copy
+    ext = drafter.draft(context, m, params, rng, m, after=copy.ids)
+    if not ext.ids and not ext.n_evals:
+        return copy
+    return replace(
+        copy,
+        ids=copy.ids + ext.ids,
+        q_draft=None if ext.q_draft is None else (None,) * len(copy.ids) + ext.q_draft,
+        confidence=ext.confidence,
+        n_evals=ext.n_evals,
+        n_read=ext.n_read,
+        read_seconds=ext.read_seconds,
+        extension=ext if ext.ids else None,
+    )
 
 
 def cut(target: CachedModel, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:

@@ -34,6 +34,9 @@ class CachedModel(ABC):
     # curve holds steady costs: the calibration times each size after this many untimed
     # evaluations (``costs.time_sizes``), and a verify that was not ``steady`` is no sample.
     settle: int = 0
+    # Whether it can read tokens the target has not evaluated (a copy, to draft on from): a
+    # separate model can; a draft that reads the target's hidden states (MTP, an assistant) cannot.
+    reads_ahead: bool = True
 
     def __init__(self) -> None:
         self.cached: list[int] = []

@@ -98,25 +98,26 @@ def verify_greedy(drafted: Sequence[int], target_choice: Sequence[int]) -> Verdi
 def verify_speculative(
     drafted: Sequence[int],
     p_target: Sequence[np.ndarray],
-    q_draft: Sequence[np.ndarray] | None,
+    q_draft: Sequence[np.ndarray | None] | None,
     rng: np.random.Generator,
 ) -> Verdict:
     """Leviathan et al. 2023, Algorithm 1.
 
     Accept ``x_i`` with probability min(1, p(x_i)/q(x_i)); on the first rejection draw the
     replacement from norm(max(0, p - q)); if all k are accepted draw the bonus from p_target[k].
-    ``q_draft=None`` means a deterministic drafter (prompt lookup, greedy draft): q is one-hot.
+    ``q_draft=None`` means a deterministic drafter (prompt lookup, greedy draft): q is one-hot;
+    so does a None entry, for that token alone (a copy that a draft model extends).
     """
     for i, x in enumerate(drafted):
-        p = p_target[i]
-        q_x = 1.0 if q_draft is None else float(q_draft[i][x])
+        p, q = p_target[i], None if q_draft is None else q_draft[i]
+        q_x = 1.0 if q is None else float(q[x])
         if q_x > 0.0 and rng.random() < min(1.0, float(p[x]) / q_x):
             continue
         residual = p.copy()
-        if q_draft is None:
+        if q is None:
             residual[x] = 0.0
         else:
-            residual = np.maximum(residual - q_draft[i], 0.0)
+            residual = np.maximum(residual - q, 0.0)
         if residual.sum() <= 0.0:  # p == q up to rounding: any draw from p is exact
             residual = p
         return Verdict(i, sample(residual, rng), False)

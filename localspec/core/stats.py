@@ -31,8 +31,8 @@ class RunStats:
         self.n_tokens += len(step.emitted)
         self.n_drafted += len(step.drafted)
         self.n_accepted += step.n_accepted
-        if step.source:
-            self.accepted_by_source[step.source] = self.accepted_by_source.get(step.source, 0) + step.n_accepted
+        for source, n in step.accepted_by_source().items():
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + n
         self.prefill_seconds += step.prefill_seconds
         self.draft_seconds += step.draft_seconds
         self.verify_seconds += step.verify_seconds

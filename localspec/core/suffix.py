@@ -257,7 +257,7 @@ class SuffixDrafter(DrafterBase):
         self.gate, self.policy = gate, policy
         self._tokens = _GrowingArray()  # the context as an array, extended step by step
 
-    def draft(self, context, k, params, rng, draft_max=0) -> Draft:
+    def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
         """The walk after the longest match, context or history (the longer match; the context
         at a tie); as much of it as the gate says matches of its source and length have earned.
         The whole walk rides along to be scored against what the step keeps (``observe``)."""

@@ -46,6 +46,8 @@ TARGET_ARCH = "gemma4"
 class AssistantModel(TargetVocab, CachedModel):
     """A Gemma 4 assistant file drafting for ``target`` (see the module docstring)."""
 
+    reads_ahead = False  # it drafts from the target's hidden states, which a copy's tokens lack
+
     def __init__(self, path: Path | str, target: LlamaModel, gpu_layers: int | None = None) -> None:
         super().__init__()
         self.path = Path(path)

@@ -70,6 +70,8 @@ class TargetVocab:
 class MtpModel(TargetVocab, CachedModel):
     """The target's MTP block, drafting for it (see the module docstring)."""
 
+    reads_ahead = False  # it drafts from the target's hidden states, which a copy's tokens lack
+
     def __init__(self, target: LlamaModel) -> None:
         super().__init__()
         if target.n_nextn < 1:

@@ -113,6 +113,65 @@ class TestSampledHistoryDrafts:
         chi2 = float((((counts[support] - expected) ** 2) / expected).sum())
         assert chi2 < 24.3, (chi2, counts[support], expected)  # 7 degrees of freedom: p < 0.001
 
+    def test_a_copy_the_draft_model_extends_keeps_the_targets_distribution(self, tiny_pair, tmp_path, monkeypatch):
+        """The history's x (q one-hot), then the draft model's token after it, drawn from its q,
+        in one verify: the first token is distributed as the target alone's p, and the second,
+        after x, as p after x (chi-square over 1,500 seeds; p < 0.001 would fail). The controller
+        is made to extend every copy by one token, and the model to propose it: this tests the
+        verify, not the choice."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from localspec.chat.session import prompt_tokens
+        from localspec.core.controller import AdaptiveController
+        from localspec.core.rules import MarginalRule
+        from localspec.core.sampling import process
+
+        def chi2(counts, p, n):
+            support = p > 0
+            assert counts[~support].sum() == 0
+            expected = p[support] * n
+            return float((((counts[support] - expected) ** 2) / expected).sum())
+
+        store = HistoryStore(tmp_path / "history")
+        s = load(tiny_pair, store, draft=True)
+        try:
+            params = SamplingParams(temperature=1.5, top_k=8)
+            ids = prompt_tokens(s.target, ASK)
+            s.reset()
+            row = np.array(s.target.sync(ids, n_logits=1)[0])
+            p_target = process(row, ids[-max(params.repeat_last_n, 1) :], params)
+            x = int(np.argsort(p_target)[-1])  # the most likely: accepted often enough to test the second
+            s.reset()
+            row = np.array(s.target.sync(ids + [x], n_logits=1)[0])
+            p_after = process(row, (ids + [x])[-max(params.repeat_last_n, 1) :], params)
+            store.add(s.replies.key, ids[-16:] + [x, x, x], 0.0)
+            s.replies = type(s.replies)(store, s.replies.key)  # read the history again
+            monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)  # so x is every step's proposal
+
+            def pick(self, copies, k, room=0):  # the match's first token, and one of the draft model's
+                return (replace(copies[0], ids=copies[0].continuation[:1]), 1) if copies else (None, 0)
+
+            monkeypatch.setattr(AdaptiveController, "pick", pick)
+            monkeypatch.setattr(MarginalRule, "keep", lambda self, c: True)  # and the model proposes it
+            s._drafting.clear()
+            first, second, extended = np.zeros(s.target.n_vocab), np.zeros(s.target.n_vocab), 0
+            n = 1500
+            for seed in range(n):
+                s.reset()
+                steps = list(s.chat(ASK, params.model_copy(update={"seed": seed}), 3, "draft", repeatable=False))
+                extended += steps[0].extended == ("draft", 1) and steps[0].drafted[0] == x
+                out = [t for st in steps for t in st.emitted]
+                first[out[0]] += 1
+                if out[0] == x:
+                    second[out[1]] += 1
+        finally:
+            s.close()
+        assert extended == n  # x, then the draft model's token, every time
+        assert chi2(first, p_target, n) < 24.3  # 7 degrees of freedom: p < 0.001
+        assert second.sum() > 200 and chi2(second, p_after, second.sum()) < 24.3
+
 
 class TestProfileUse:
     def test_copies_from_the_history_do_not_count_as_the_draft_models_acceptance(self, tiny_pair, tmp_path):

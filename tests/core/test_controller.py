@@ -834,7 +834,7 @@ class RefusingDrafter(NoisyOracleDrafter):
         super().__init__(fn, alpha, clock, t_draft, seed=7)
         self.refuse = refuse
 
-    def draft(self, context, k, params, rng, draft_max=0):
+    def draft(self, context, k, params, rng, draft_max=0, after=()):
         if np.random.default_rng([8, len(context)]).random() < self.refuse:
             self.clock.now += self.t_draft
             return Draft((), n_evals=1)

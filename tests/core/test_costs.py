@@ -438,3 +438,30 @@ class TestBestK:
         assert costs.best_k(np.array([1.0, 1.2, 1.4, 1.38, 1.36]), 1.05) == 2
         assert costs.best_k(np.array([1.0, 1.02, 1.03]), 1.05) == 0
         assert costs.best_k(np.array([1.0, 1.04, 1.06]), 1.05) == 2
+
+
+class TestExtensionValue:
+    """costs.extension_value: a draft model's m tokens after a copy, in tokens, less what their
+    time would have made at the model's own rate."""
+
+    # a flat verify curve (every extra row free), a draft pass of 0.1 s, a token read 0.025 s
+    # (READ_PRIOR: a quarter of a pass, nothing read yet)
+    COSTS = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.1)
+
+    def test_worth_its_tokens_less_their_time(self):
+        # a sure 2-token copy (nothing read in vain); the model's tokens accepted at 0.5, so
+        # E(m) - 1 = 1 - 0.5^m; m tokens cost m passes, at 2 tokens a second
+        value = costs.extension_value(self.COSTS, 1.0, 2, 0.5, 3, 2.0)
+        assert value == pytest.approx([0.0, 0.5 - 0.2, 0.75 - 0.4, 0.875 - 0.6])
+        assert int(np.argmax(value)) == 2
+
+    def test_an_unsure_copy_weighs_its_tokens_and_its_read(self):
+        # both copied tokens kept 0.25, the first 0.5: 1.25 of 2 expected wasted, read at 0.025 s
+        value = costs.extension_value(self.COSTS, 0.5, 2, 0.5, 2, 2.0)
+        assert value == pytest.approx([0.0, 0.25 * 0.5 - 2.0 * 0.13125, 0.25 * 0.75 - 2.0 * 0.23125])
+        assert costs.extension_value(self.COSTS, 1.0, 2, 0.5, 3, 6.0)[1:].max() < 0  # time dear
+
+    def test_a_longer_verify_costs_its_rows(self):
+        steep = CostModel({1: 1.0, 2: 1.5, 4: 2.5, 8: 4.5}, t_draft=0.1)  # every row 0.5 s
+        value = costs.extension_value(steep, 1.0, 2, 0.5, 2, 2.0)
+        assert value == pytest.approx([0.0, 0.5 - 2.0 * 0.6, 0.75 - 2.0 * 1.2])

@@ -398,8 +398,9 @@ class TestCopiesBesideADraftModel:
         return ctl
 
     @classmethod
-    def pick(cls, copies, alpha: float, k: int):  # beside k model drafts accepted at alpha
-        return pick_copy(copies, cls.COSTS, lambda: speeds(cls.COSTS, alpha, k), k, P)
+    def pick(cls, copies, alpha: float, k: int, room: int = 0):  # beside k model drafts accepted at alpha
+        copy, n_extend = pick_copy(copies, cls.COSTS, lambda: speeds(cls.COSTS, alpha, k), k, P, alpha, room)
+        return (copy, n_extend) if room else copy
 
     @staticmethod
     def counting_model():
@@ -423,6 +424,52 @@ class TestCopiesBesideADraftModel:
         assert self.pick([short], 0.5, 2) is short  # beside a worse draft it wins
         # in place of the target alone: the first the gate proposed (it priced it against that)
         assert self.pick([empty, copy], 0.75, 0) is copy and self.pick([empty], 0.75, 0) is None
+
+    def test_a_trusted_copy_is_extended_by_the_models_tokens_where_they_pay(self):
+        trusted = self.lookup(prior=(30.0, 1.0)).draft(self.CTX, 16, GREEDY, None)  # alpha 0.97
+        copy = replace(trusted, ids=trusted.ids[:4])  # all 4 kept: 0.88
+        # beside 2 drafts accepted at 0.9 (1.96 tokens a second, with min_gain): 2 more after the
+        # copy add 0.88 * 1.71 tokens in 0.48 s (2 passes, 2 verify rows, 0.16 tokens read in vain)
+        assert self.pick([copy], 0.9, 2, room=16) == (copy, 2)
+        assert self.pick([copy], 0.9, 4, room=16) == (copy, 4)
+        assert self.pick([copy], 0.9, 4, room=6) == (copy, 2)  # a verify's rows left for two
+        assert self.pick([copy], 0.9, 0, room=16) == (copy, 0)  # the target alone: nothing to extend
+        # a long copy: 11 tokens, all kept 0.70, 3 of them read in vain
+        assert self.pick([trusted], 0.9, 4, room=16) == (trusted, 0)
+        # the same copy on a steep curve (each verify row 0.5 T(1)): none
+        steep = CostModel({1: 1.0, 2: 1.5, 4: 2.5, 8: 4.5, 16: 8.5}, t_draft=0.2)
+        assert pick_copy([copy], steep, lambda: speeds(steep, 0.9, 2), 2, P, 0.9, 16) == (copy, 0)
+
+    def test_in_the_engine_a_copy_the_model_extends_is_verified_with_it(self):
+        """The model reads the copy with its first pass and drafts on; one verify takes both;
+        the accepted tokens are counted by where they came from."""
+        ref = [7, 1, 2, 9, 1, 2, 9, 1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+        say = np.eye(20, dtype=np.float32) * 10  # both models know the reference
+
+        def fn(h):
+            return say[ref[len(h)]]
+
+        model = FakeModel(fn, 20)
+        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
+        lookup = self.lookup(prior=(30.0, 1.0))
+        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        step = next(engine.generate(ref[:6], GREEDY, 16))  # "1 2" came before: copy 9 1 2
+        n_model = len(step.drafted) - 3
+        assert step.drafted == tuple(ref[6 : 9 + n_model]) and n_model > 0
+        assert step.extended == ("draft", n_model) and step.n_accepted == len(step.drafted)
+        assert step.accepted_by_source() == {"context": 3, "draft": n_model}
+        assert model.cached[:9] == ref[:9]  # the prompt and the copy, read before drafting on
+        assert ctl.acceptance.alpha > 0.9  # the model's own tokens, all kept, count as its acceptance
+        accepted, rejected = lookup.gate.counts[("context", 2)]
+        assert (accepted, rejected) == pytest.approx((0.95 * 30 + 3, 0.95 * 1))  # the copy's 3, all kept
+        # a draft that reads the target's hidden states (MTP) cannot read the copy: the copy alone
+        model = FakeModel(fn, 20)
+        model.reads_ahead = False
+        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
+        lookup = self.lookup(prior=(30.0, 1.0))
+        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        step = next(engine.generate(ref[:6], GREEDY, 16))
+        assert step.drafted == (9, 1, 2) and step.extended is None
 
     def test_an_unused_match_is_scored_against_what_the_step_kept(self):
         d = self.lookup()

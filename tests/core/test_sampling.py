@@ -86,6 +86,24 @@ class TestSpeculativeRuleIsExact:
                 assert counts[a][~keep].sum() == 0
                 assert chisquare(counts[a][keep], expected[keep]).pvalue > 0.001
 
+    def test_a_copy_then_a_models_draft_joint_distribution(self):
+        """A copy the draft model extends: x_1 is copied (q one-hot, a None entry), x_2 drawn
+        from q. Both positions keep the target's distribution."""
+        rng = np.random.default_rng(3)
+        p2 = np.array([0.1, 0.2, 0.3, 0.4, 0.0])
+        counts, first = np.zeros((5, 5)), np.zeros(5)
+        for _ in range(N_DRAWS):
+            d = [3, sample(Q_DRAFT, rng)]
+            v = verify_speculative(d, [P_TARGET, p2, P_TARGET], [None, Q_DRAFT], rng)
+            first[3 if v.n_accepted else v.token] += 1
+            if v.n_accepted:
+                counts[3, d[1] if v.n_accepted == 2 else v.token] += 1
+        assert chisquare(first, P_TARGET * N_DRAWS).pvalue > 0.001
+        expected = p2 * counts[3].sum()
+        keep = expected > 0
+        assert counts[3][~keep].sum() == 0
+        assert chisquare(counts[3][keep], expected[keep]).pvalue > 0.001
+
 
 class TestVerifyRules:
     def test_greedy_accepts_matching_prefix_then_corrects(self):

@@ -62,7 +62,7 @@ class ScriptedDrafter(DrafterBase):
         self.propose = propose
         self.calls = 0
 
-    def draft(self, context, k, params, rng, draft_max=0):
+    def draft(self, context, k, params, rng, draft_max=0, after=()):
         self.calls += 1
         return Draft(tuple(int(t) for t in self.propose(list(context), k)[:k]))
 
@@ -120,7 +120,7 @@ class NoisyOracleDrafter(DrafterBase):
     def __init__(self, fn: Callable, alpha: float, clock: VirtualClock, t_draft: float, seed: int = 0) -> None:
         self.fn, self.alpha, self.clock, self.t_draft, self.seed = fn, alpha, clock, t_draft, seed
 
-    def draft(self, context, k, params, rng, draft_max=0):
+    def draft(self, context, k, params, rng, draft_max=0, after=()):
         ids = oracle_greedy(self.fn, context, k)
         for i in range(len(ids)):
             u = np.random.default_rng([self.seed, len(context) + i]).random()
