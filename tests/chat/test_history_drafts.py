@@ -74,6 +74,33 @@ class TestHistoryDrafts:
         assert store.load("0" * 16)[0] == ()
 
 
+def target_p(s, ids, params):
+    """The target alone's processed distribution after ``ids`` (from empty caches)."""
+    import numpy as np
+
+    from localspec.core.sampling import process
+
+    s.reset()
+    row = np.array(s.target.sync(ids, n_logits=1)[0])
+    return process(row, ids[-max(params.repeat_last_n, 1) :], params)
+
+
+def propose_every_step(s, store, ids, x, monkeypatch):
+    """The history holds one reply, x x x after the prompt's last 16 tokens, and keeps no other,
+    so x is every step's proposal."""
+    store.add(s.replies.key, ids[-16:] + [x, x, x], 0.0)
+    s.replies = type(s.replies)(store, s.replies.key)  # read the history again
+    monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)
+
+
+def chi2(counts, p, n):
+    """Pearson's statistic of ``n`` draws ``counts`` against ``p``; none may fall outside its support."""
+    support = p > 0
+    assert counts[~support].sum() == 0
+    expected = p[support] * n
+    return float((((counts[support] - expected) ** 2) / expected).sum())
+
+
 class TestSampledHistoryDrafts:
     def test_the_first_token_keeps_the_targets_distribution(self, tiny_pair, tmp_path, monkeypatch):
         """A history draft is a deterministic proposal x (q one-hot): accepted with p(x), else the
@@ -82,20 +109,15 @@ class TestSampledHistoryDrafts:
         import numpy as np
 
         from localspec.chat.session import prompt_tokens
-        from localspec.core.sampling import process
 
         store = HistoryStore(tmp_path / "history")
         s = load(tiny_pair, store, adaptive=False)  # no gate: every step proposes what the history says
         try:
             params = SamplingParams(temperature=1.5, top_k=8)
             ids = prompt_tokens(s.target, ASK)
-            s.reset()
-            row = np.array(s.target.sync(ids, n_logits=1)[0])
-            p_target = process(row, ids[-max(params.repeat_last_n, 1) :], params)
+            p_target = target_p(s, ids, params)
             x = int(np.argsort(p_target)[-2])  # the second most likely: rejected often, not always
-            store.add(s.replies.key, ids[-16:] + [x, x, x], 0.0)
-            s.replies = type(s.replies)(store, s.replies.key)  # read the history again
-            monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)  # so x is every step's proposal
+            propose_every_step(s, store, ids, x, monkeypatch)
             s._drafting.clear()
             counts, drafted = np.zeros(s.target.n_vocab), 0
             n = 600
@@ -107,11 +129,8 @@ class TestSampledHistoryDrafts:
         finally:
             s.close()
         assert drafted == n  # the history's x was proposed every time
-        support = p_target > 0
-        assert counts[~support].sum() == 0
-        expected = p_target[support] * n
-        chi2 = float((((counts[support] - expected) ** 2) / expected).sum())
-        assert chi2 < 24.3, (chi2, counts[support], expected)  # 7 degrees of freedom: p < 0.001
+        statistic = chi2(counts, p_target, n)
+        assert statistic < 24.3, (statistic, counts[p_target > 0], p_target[p_target > 0] * n)  # 7 dof: p < 0.001
 
     def test_a_copy_the_draft_model_extends_keeps_the_targets_distribution(self, tiny_pair, tmp_path, monkeypatch):
         """The history's x (q one-hot), then the draft model's token after it, drawn from its q,
@@ -126,29 +145,16 @@ class TestSampledHistoryDrafts:
         from localspec.chat.session import prompt_tokens
         from localspec.core.controller import AdaptiveController
         from localspec.core.rules import MarginalRule
-        from localspec.core.sampling import process
-
-        def chi2(counts, p, n):
-            support = p > 0
-            assert counts[~support].sum() == 0
-            expected = p[support] * n
-            return float((((counts[support] - expected) ** 2) / expected).sum())
 
         store = HistoryStore(tmp_path / "history")
         s = load(tiny_pair, store, draft=True)
         try:
             params = SamplingParams(temperature=1.5, top_k=8)
             ids = prompt_tokens(s.target, ASK)
-            s.reset()
-            row = np.array(s.target.sync(ids, n_logits=1)[0])
-            p_target = process(row, ids[-max(params.repeat_last_n, 1) :], params)
+            p_target = target_p(s, ids, params)
             x = int(np.argsort(p_target)[-1])  # the most likely: accepted often enough to test the second
-            s.reset()
-            row = np.array(s.target.sync(ids + [x], n_logits=1)[0])
-            p_after = process(row, (ids + [x])[-max(params.repeat_last_n, 1) :], params)
-            store.add(s.replies.key, ids[-16:] + [x, x, x], 0.0)
-            s.replies = type(s.replies)(store, s.replies.key)  # read the history again
-            monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)  # so x is every step's proposal
+            p_after = target_p(s, ids + [x], params)
+            propose_every_step(s, store, ids, x, monkeypatch)
 
             def pick(self, copies, k, room=0):  # the match's first token, and one of the draft model's
                 return (replace(copies[0], ids=copies[0].continuation[:1]), 1) if copies else (None, 0)
