@@ -33,7 +33,6 @@ from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, m
 from .replies import PastReplies, tokenizer_key
 
 Mode = Literal["draft", "mtp", "lookup", "none"]
-COPIES = ("context", "history")  # where a copy's tokens come from (core.suffix), not a drafter's own
 
 
 class IncompatiblePair(Exception):
@@ -446,12 +445,7 @@ class Session:
         u = self._use.setdefault(self._drafting_key(mode), Use())
         u.tokens += len(step.emitted)
         u.seconds += step.step_seconds
-        drafted, accepted = len(step.drafted), step.n_accepted
-        if step.source in COPIES:  # a copy's verdict is its gate's, not the drafter's acceptance (the prior)
-            n_copied = drafted - (step.extended[1] if step.extended else 0)
-            if n_copied == drafted or accepted < n_copied:  # no extension, or one never tested
-                return
-            drafted, accepted = drafted - n_copied, accepted - n_copied
+        drafted, accepted = step.own_verdict()  # a copy's verdict is its gate's, not the drafter's (the prior)
         u.drafted += drafted
         u.accepted += accepted
         u.rejected += accepted < drafted

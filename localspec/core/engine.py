@@ -58,6 +58,7 @@ class Step:
     finish: Finish | None = None
     source: str = ""  # where the drafts came from: "context", "history", "draft", "mtp" ("": none drafted)
     extended: tuple[str, int] | None = None  # a copy the draft model extended: its source, its tokens (the last)
+    n_copied: int = 0  # the first drafts that a copy proposed (the rest: the drafter's own)
 
     @property
     def overhead_seconds(self) -> float:
@@ -69,9 +70,13 @@ class Step:
             return {}
         if self.extended is None:
             return {self.source: self.n_accepted}
-        name, n = self.extended
-        n_copied = len(self.drafted) - n
-        return {self.source: min(self.n_accepted, n_copied), name: max(self.n_accepted - n_copied, 0)}
+        return {self.source: min(self.n_accepted, self.n_copied), self.extended[0]: self.own_verdict()[1]}
+
+    def own_verdict(self) -> tuple[int, int]:
+        """The drafter's own drafts and how many the target kept; (0, 0) where none were tested
+        (after a copy, they are only where all of it was kept). A copy's verdict is its gate's."""
+        n_own, kept = len(self.drafted) - self.n_copied, self.n_accepted - self.n_copied
+        return (n_own, kept) if n_own > 0 and kept >= 0 else (0, 0)
 
 
 class SpeculativeEngine:
@@ -162,10 +167,9 @@ class SpeculativeEngine:
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(draft, copy, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
-        # a draft model that caught up on the prompt or a stretch it did not see is not a
-        # drafting step's speed, so the guard does not see it (tries pay for it: controller)
-        catch_up = draft.read_seconds > 0
-        if (drafted or draft.n_evals) and not draft.copied and not catch_up:
+        # a draft model that caught up on the prompt or a stretch it did not see (read_seconds) is
+        # not a drafting step's speed, so the guard does not see it (tries pay for it: controller)
+        if (drafted or draft.n_evals) and not draft.copied and draft.read_seconds <= 0:
             self.controller.observe_rate(len(kept), _costs.clock() - t_start, draft.n_evals)
         emitted, finish = cut(self.target, kept, budget)
         context.extend(kept)
@@ -189,6 +193,7 @@ class SpeculativeEngine:
             finish=finish,
             source=(draft.source or self.drafter.name) if drafted else "",
             extended=(draft.extension.source, len(draft.extension.ids)) if draft.extension else None,
+            n_copied=min(draft.n_copied, len(drafted)) if draft.copied else 0,
         )
 
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
@@ -216,8 +221,8 @@ class SpeculativeEngine:
         n_own, own_kept = len(drafted) - n_copied, verdict.n_accepted - n_copied
         if draft.confidence and own_kept >= 0:
             costs.observe_confidence(draft.confidence[:n_own], own_kept)
-        if not draft.copied or (n_own and own_kept >= 0):
-            self.controller.observe(n_own, own_kept, draft.n_evals)
+        if not (n_own and own_kept < 0):  # untested: drafts after a copy not kept whole (a refusal counts)
+            self.controller.observe(n_own, max(own_kept, 0), draft.n_evals)
         kept = (*drafted[: verdict.n_accepted], verdict.token)
         if copy is None:
             self.drafter.observe(draft, (len(drafted), verdict.n_accepted), kept)

@@ -58,7 +58,8 @@ class TestLoad:
 
     def test_the_held_out_suite_is_built_in_too(self):
         suite = repeated.load("repeated-heldout")
-        assert suite["name"] == "repeated-heldout" and {s["kind"] for s in suite["scenarios"]} == {"regenerate"}
+        kinds = {s["kind"] for s in suite["scenarios"]}
+        assert suite["name"] == "repeated-heldout" and kinds == {"regenerate", "requests"}
 
     @pytest.mark.parametrize(
         "content, problem",

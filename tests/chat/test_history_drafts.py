@@ -190,8 +190,8 @@ class TestProfileUse:
         try:
             fields = dict(drafted=(1, 2, 3), n_accepted=3, token=4, emitted=(1, 2, 3, 4), text="", k=3)
             times = dict(predicted_speedup=1.0, prefill_seconds=0.0, draft_seconds=0.0, verify_seconds=0.1)
-            for source in ("history", "context", "draft"):
-                s._count("draft", Step(**fields, **times, step_seconds=0.1, source=source))
+            for source, n_copied in (("history", 3), ("context", 3), ("draft", 0)):
+                s._count("draft", Step(**fields, **times, step_seconds=0.1, source=source, n_copied=n_copied))
             use = s._use[s._drafting_key("draft")]
         finally:
             s.close()

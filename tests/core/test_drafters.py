@@ -471,6 +471,22 @@ class TestCopiesBesideADraftModel:
         step = next(engine.generate(ref[:6], GREEDY, 16))
         assert step.drafted == (9, 1, 2) and step.extended is None
 
+    def test_a_model_that_will_not_draft_on_from_a_copy_is_counted_as_a_refusal(self):
+        """The model read the copy and proposed nothing after it: its pass proposed nothing, as
+        a refused first token does, so the proposal rate learns it."""
+        ref = [7, 1, 2, 9, 1, 2, 9, 1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+        say = np.eye(20, dtype=np.float32) * 10
+        unsure = FakeModel(lambda h: np.zeros(20, dtype=np.float32), 20)  # every token at 1/20
+        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
+        drafter = ModelDrafter(unsure, 20, p_min=0.5)  # no costs: the floor alone decides
+        target = FakeModel(lambda h: say[ref[len(h)]], 20)
+        engine = SpeculativeEngine(target, drafter, ctl, (self.lookup(prior=(30.0, 1.0)),))
+        propose = ctl.acceptance.propose
+        step = next(engine.generate(ref[:6], GREEDY, 16))
+        assert step.drafted == (9, 1, 2) and step.extended is None and step.n_accepted == 3
+        assert unsure.cached[:9] == ref[:9]  # it read the copy to draft on
+        assert ctl.acceptance.propose < propose
+
     def test_an_unused_match_is_scored_against_what_the_step_kept(self):
         d = self.lookup()
         for _ in range(20):  # 3-token matches keep failing
