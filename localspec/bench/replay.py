@@ -20,7 +20,9 @@ alone, mean draft length and acceptance per policy; ``trace`` gives one prompt's
 drafting line wherever it changes. ``shape`` and ``draft_pass`` replay on another machine's
 costs: T(n)/T(1) for n = 2, 3, ... and a draft pass in T(1), as docs/benchmarks.md gives them
 per machine (the recording's T(1) stays), so a change can be checked against a steep curve on a
-machine whose own is flat.
+machine whose own is flat. ``keep_replies`` keeps each policy's replies as a history for the
+prompts after them (suffix drafts from past replies); ``regenerate`` replays each prompt twice in
+a row, the second a regenerate.
 
 Timings are modelled, not measured: a replay compares policies; the bench measures them.
 """
@@ -40,6 +42,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ..chat.history import DEFAULT_CAP_TOKENS
+from ..chat.replies import LEAD_IN
 from ..chat.session import CALIBRATION_SIZES, LONGEST_VERIFY
 from ..core import costs as costs_module
 from ..core.costs import CostModel, DraftCost, VerifyCurve
@@ -50,6 +54,7 @@ from ..core.policy import Policy
 from ..core.protocol import CachedModel, common_prefix
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
+from ..core.suffix import Corpus, with_reply
 from . import measure, modes
 
 if TYPE_CHECKING:
@@ -260,6 +265,12 @@ class ReplayOptions:
     """The id of a prompt whose steps are traced."""
     max_tokens: int = REPLY_TOKENS
     """The reply tokens replayed of each recording."""
+    keep_replies: bool = False
+    """Each policy keeps its replies as a history (empty at the start), as a session does, so a
+    later prompt's reply may copy from an earlier one's."""
+    regenerate: bool = False
+    """Each prompt replayed twice in a row, its replies kept: the second (``ID:again``) is a
+    regenerate."""
 
 
 class Outcome(NamedTuple):
@@ -308,32 +319,41 @@ def run_policy(
 ) -> None:
     """Every prompt replayed with ``policy``, its outcomes and traced steps added to ``out``."""
     clock, curve, tunables = target.clock, target.curve, options.policy
-    costs = costs_for(curve, draft.t_draft, clock)
-    mode = build(policy, ModeContext(target, draft, costs, draft_max=DRAFT_MAX, policy=tunables))
+    history = [Corpus()]  # the replies kept so far (a session keeps them on disk: a fresh load reads them too)
+    kept = (lambda: history) if options.keep_replies or options.regenerate else None
+
+    def mode_for(costs: CostModel, prior: float | None = None) -> Drafting:
+        ctx = ModeContext(target, draft, costs, draft_max=DRAFT_MAX, prior=prior, policy=tunables, history=kept)
+        return build(policy, ctx)
+
+    mode = mode_for(costs_for(curve, draft.t_draft, clock))
     counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
-    for p in prompts:
+    plays = [(p, again) for p in prompts for again in (False, True)[: 1 + options.regenerate]]
+    for i, (p, again) in enumerate(plays):
         if options.cold:  # a fresh load for every reply, as `localspec run` starts
             prior = None if options.no_profile or not counted[1] else prior_from(counted[0], counted[1], tunables)
-            costs = costs_for(curve, draft.t_draft, clock)
-            mode = build(policy, ModeContext(target, draft, costs, draft_max=DRAFT_MAX, prior=prior, policy=tunables))
+            mode = mode_for(costs_for(curve, draft.t_draft, clock), prior)
         target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
         clock.evals = 0
         engine = mode.engine(target, ReplySpec(len(p["prompt"])))
-        stats = RunStats()
-        line = ""
+        stats, reply = RunStats(), list[int]()
+        line, name = "", p["id"] + (":again" if again else "")
         for step in engine.generate(list(p["prompt"]), SamplingParams(), options.max_tokens):
-            if options.trace == p["id"]:
+            if options.trace == name:
                 now = explain(mode.controller.state(), mode.controller.costs).line
                 traced = f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}"
                 out.trace.append(traced + (f"  {now}" if now != line else ""))
                 line = now
             stats.add(step)
+            reply.extend(step.emitted)
             if step.drafted:
                 out.dropped.setdefault(policy, Counter())[len(step.drafted) - step.n_accepted] += 1
             counted[0] += step.n_accepted
             counted[1] += step.n_accepted < len(step.drafted)
+        if kept is not None:
+            history[0] = with_reply(history[0], [*p["prompt"][-LEAD_IN:], *reply], float(i), DEFAULT_CAP_TOKENS)
         outcome = Outcome(stats.tokens_per_second, stats.mean_draft_length, stats.acceptance_rate or 0.0)
-        out.results.setdefault(p["id"], {})[policy] = outcome
+        out.results.setdefault(name, {})[policy] = outcome
 
 
 def reshape(

@@ -16,12 +16,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..core.policy import DEFAULT
 from ..core.suffix import Corpus
 
 # The end of the prompt kept before each reply: the template's "assistant" opening (a few
-# tokens) and the last words of the user's turn, enough to tell a regenerate from a new
-# question, short enough that the history holds replies, not prompts.
-LEAD_IN = 16
+# tokens) and the last words of the user's turn, as much as a match reads (``suffix_depth``),
+# so a regenerated reply matches at full depth from its first token (a shorter history match
+# drafts no further than it is long: ``SuffixDrafter``); short enough that the history holds
+# replies, not prompts.
+LEAD_IN = DEFAULT.suffix_depth
 # A tokenizer is told apart by this many of its tokens' bytes, spread over its vocabulary:
 # reading all 150,000 of them would cost a noticeable part of a load.
 SAMPLED_TOKENS = 4096

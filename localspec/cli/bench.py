@@ -234,6 +234,17 @@ def add_replay_options(p) -> None:
         metavar="PROMPT",
         help="print this prompt's steps, with the drafting line wherever it changes",
     )
+    r.add_argument(
+        "--keep-replies",
+        action="store_true",
+        help="each policy keeps its replies as a history, empty at the start, as a session does: a later "
+        "prompt may copy from an earlier reply",
+    )
+    r.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="replay each prompt twice in a row, keeping the replies: the second, ID:again, is a regenerate",
+    )
 
 
 def burst_flag(text: str) -> tuple[int, int, float]:
@@ -475,6 +486,8 @@ def replay_options(args) -> ReplayOptions:
         policy=policy,
         trace=args.trace or "",
         max_tokens=args.max_tokens or replay.REPLY_TOKENS,
+        keep_replies=args.keep_replies,
+        regenerate=args.regenerate,
     )
 
 

@@ -17,7 +17,7 @@ from ..units import human_bytes_si
 from .models import table
 
 ABOUT = (
-    "The token ids of the replies this machine gave before, each with the last 16 tokens of its prompt "
+    "The token ids of the replies this machine gave before, each with the last 24 tokens of its prompt "
     "(their texts are in the chat store), one history per tokenizer: a reply that repeats earlier work "
     "drafts from them. "
     "--no-history, or the draft.history setting off, neither reads nor keeps them."

@@ -63,7 +63,8 @@ class Policy:
     suffix_depth: int = 24
     """The longest match looked for: SuffixDecoding's tree depth (vLLM's default); a match this
     long already leaves no doubt. The walk after it runs as far as a verify takes
-    (``options.MAX_DRAFT``) where the occurrences agree and the gate prices it worth it."""
+    (``options.MAX_DRAFT``) where the occurrences agree and the gate prices it worth it; after a
+    shorter match in the history, no further than the match is long."""
     min_path_prob: float = 0.1
     """A walk stops where fewer than this share of the occurrences agree on the path so far
     (SuffixDecoding's ``min_token_prob``): below it the next token is a guess."""

@@ -267,7 +267,13 @@ class SuffixDrafter(DrafterBase):
         if found is None:
             return Draft()
         source, m, tokens, stop = found
-        depth = min(k, MAX_DRAFT)  # a walk may run past the match's depth: a verify takes it
+        # A context walk may run past its match, as far as a verify takes: the context is the
+        # text the reply works on (an edit copies the rest of a line after a few tokens). A
+        # history match is another conversation's text, evidence for as many tokens as it is
+        # long (SuffixDecoding's max_spec_factor 1), unless it is as long as a match gets.
+        depth = min(k, MAX_DRAFT)
+        if source == "history" and m.length < self.policy.suffix_depth:
+            depth = min(depth, m.length)
         ids, probs = walk(continuations(tokens, m.ends, depth, stop), depth, self.policy.min_path_prob)
         if not ids:
             return Draft()

@@ -144,6 +144,27 @@ class TestReplay:
         # warm, the controller learnt on "a" that this draft is wrong, and drafts less on "b"
         assert warm["b"]["auto"].mean_draft_length < warm["a"]["auto"].mean_draft_length
 
+    def test_kept_replies_are_copied_by_the_prompts_after_them(self):
+        target_fn = hashed_logits(1, V)
+        wrong = FakeModel(hashed_logits(2, V), V)  # a draft the target never agrees with
+        rec = recording(target_fn, ids=("a", "b"))  # the same prompt and reply twice
+        plain = replay.replay(rec, wrong, {}, replay.ReplayOptions(policies=("auto",), max_tokens=24)).results
+        kept = replay.ReplayOptions(policies=("auto",), max_tokens=24, keep_replies=True)
+        out = replay.replay(rec, wrong, {}, kept).results
+        assert out["a"]["auto"] == plain["a"]["auto"]  # nothing kept before the first reply
+        assert out["b"]["auto"].tokens_per_second > 1.5 * plain["b"]["auto"].tokens_per_second
+        assert out["b"]["auto"].acceptance > 0.9  # "a"'s reply, copied
+
+    def test_a_regenerate_replays_each_prompt_again_after_its_reply(self):
+        target_fn = hashed_logits(1, V)
+        wrong = FakeModel(hashed_logits(2, V), V)
+        options = replay.ReplayOptions(policies=("none", "auto"), max_tokens=24, regenerate=True)
+        out = replay.replay(recording(target_fn, ids=("a", "b")), wrong, {}, options).results
+        assert list(out) == ["a", "a:again", "b", "b:again"]
+        again, first = out["a:again"]["auto"], out["a"]["auto"]
+        assert again.tokens_per_second > 1.5 * first.tokens_per_second and again.acceptance > 0.9
+        assert out["a:again"]["none"] == out["a"]["none"]  # the target alone copies nothing
+
     def test_a_trace_gives_the_prompt_s_steps_and_the_drafting_line_where_it_changes(self):
         target_fn = hashed_logits(1, V)
         options = replay.ReplayOptions(policies=("none", "auto"), trace="p2", max_tokens=24)

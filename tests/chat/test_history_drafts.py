@@ -4,6 +4,7 @@ reply from it, and the output stays the target's own."""
 import pytest
 
 from localspec.chat.history import HistoryStore
+from localspec.chat.replies import LEAD_IN
 from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
@@ -86,9 +87,9 @@ def target_p(s, ids, params):
 
 
 def propose_every_step(s, store, ids, x, monkeypatch):
-    """The history holds one reply, x x x after the prompt's last 16 tokens, and keeps no other,
-    so x is every step's proposal."""
-    store.add(s.replies.key, ids[-16:] + [x, x, x], 0.0)
+    """The history holds one reply, x x x after the prompt's last LEAD_IN tokens, and keeps no
+    other, so x is every step's proposal."""
+    store.add(s.replies.key, ids[-LEAD_IN:] + [x, x, x], 0.0)
     s.replies = type(s.replies)(store, s.replies.key)  # read the history again
     monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)
 

@@ -548,10 +548,10 @@ class TestLongCopies:
     def test_a_copy_runs_to_what_one_verify_takes_and_no_further(self):
         """A regenerated reply copied from the history: 32 tokens a verify (options.MAX_DRAFT,
         the rows llama/backend.py reserves), not the model drafts' 16, with the budget to spare."""
-        reply = list(range(100, 160))
+        reply = list(range(100, 200))
         history = build([reply])
         target = FakeModel(lambda h: np.eye(200, dtype=np.float32)[(h[-1] + 1) % 200] * 10, 200)  # says t + 1
         engine = SpeculativeEngine(target, None, FixedController(CostModel(), 0), (SuffixDrafter(lambda: (history,)),))
-        steps = list(engine.generate(reply[:5], GREEDY, 50))
+        steps = list(engine.generate(reply[:24], GREEDY, 50))  # a full-depth match, as a regenerate's
         assert [len(s.drafted) for s in steps] == [MAX_DRAFT, 50 - (MAX_DRAFT + 1) - 1]  # each with its bonus token
-        assert [t for s in steps for t in s.emitted] == reply[5:55]
+        assert [t for s in steps for t in s.emitted] == reply[24:74]

@@ -114,15 +114,23 @@ class TestSuffixDrafter:
         draft = SuffixDrafter(lambda: (history,)).draft([1, 2, 7, 1, 2], 3, GREEDY, None)
         assert draft.ids == (7, 1, 2) and draft.source == "context"
 
-    def test_a_walk_runs_past_the_match_depth_to_what_a_verify_takes(self):
-        """A regenerated reply: the whole earlier reply follows the match, and a copy runs as
-        far as one verify takes (MAX_DRAFT), not the match's depth (suffix_depth, 24)."""
+    def test_a_full_depth_history_match_runs_to_what_a_verify_takes(self):
+        """A regenerated reply: the whole earlier reply follows a match as long as a match gets
+        (suffix_depth, 24), and a copy runs as far as one verify takes (MAX_DRAFT)."""
+        reply = list(range(100, 200))
+        d = SuffixDrafter(lambda: (build([reply]),))
+        draft = d.draft(reply[:30], 64, GREEDY, None)
+        assert draft.match == ("history", 4)  # the 24-token match, bucketed
+        assert draft.ids == tuple(reply[30 : 30 + MAX_DRAFT]) and P.suffix_depth < MAX_DRAFT
+
+    def test_a_shorter_history_match_drafts_no_further_than_it_is_long(self):
+        """Another conversation's 5 tokens are evidence for 5 more, whatever trust the history's
+        matches earned; the context's own 5-token match runs on (an edit copies on)."""
         reply = list(range(100, 160))
-        history = build([reply])
-        d = SuffixDrafter(lambda: (history,))
-        draft = d.draft(reply[:5], 64, GREEDY, None)
-        assert draft.match == ("history", 4)  # the 5-token match, bucketed
-        assert draft.ids == tuple(reply[5 : 5 + MAX_DRAFT]) and P.suffix_depth < MAX_DRAFT
+        d = SuffixDrafter(lambda: (build([reply]),))
+        assert d.draft(reply[:5], 64, GREEDY, None).ids == tuple(reply[5:10])
+        draft = SuffixDrafter().draft([*reply, 1, *reply[:5]], 64, GREEDY, None)
+        assert draft.source == "context" and draft.ids == tuple(reply[5 : 5 + MAX_DRAFT])
 
     def test_buckets_group_match_lengths(self):
         assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 24)] == [1, 2, 3, 4, 4, 4, 4]
