@@ -87,3 +87,15 @@ def _help(field: FieldInfo, flag: Flag, default: Any) -> str:
         if default is not None and not isinstance(default, bool):
             text += f" (default {default:g})" if isinstance(default, float) else f" (default {default})"
     return text.replace("%", "%%")  # argparse formats help with %
+
+
+def given_flags(args, group) -> list[str]:
+    """The flags of ``group`` whose parsed value is not the field's default, as they would be
+    typed: a run given no flag gets the same default itself."""
+    out: list[str] = []
+    for name, flag in flagged(group).items():
+        value, default = getattr(args, name, None), group.model_fields[name].default
+        if value is None or value == default:
+            continue
+        out += [flag.name] if isinstance(value, bool) else [flag.name, str(value)]
+    return out

@@ -10,7 +10,8 @@ import pytest
 from localspec.bench import cold, suites
 from localspec.bench import modes as bench_modes
 from localspec.cli import build_parser, main
-from localspec.cli.bench import cold_base, given_flags
+from localspec.cli.bench import cold_base
+from localspec.cli.flags import given_flags
 from localspec.core.modes import builtin_modes
 from localspec.core.options import MAX_DRAFT, DraftOptions
 

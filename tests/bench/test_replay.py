@@ -284,6 +284,7 @@ class TestReplayCli:
         "argv, message",
         [
             (["--noise", "0.05"], "--noise is an option of --replay FILE"),
+            (["--regenerate"], "--regenerate is an option of --replay FILE"),
             (["--replay", "r.json", "--draft", "d.gguf", "--sweep"], "not with --sweep"),
             (["--replay", "r.json", "--draft", "d.gguf", "--temp", "0.5"], "not with --temp"),
             (["--replay", "r.json", "--draft", "d.gguf", "--threads", "2"], "not with --threads"),

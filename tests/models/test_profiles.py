@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from localspec import lockedfile
-from localspec.chat.session import COPIES, LONGEST_VERIFY, LoadOptions, PairSpec, Session
+from localspec.chat.session import LONGEST_VERIFY, LoadOptions, PairSpec, Session
 from localspec.core.controller import AdaptiveController
 from localspec.core.costs import CostModel
 from localspec.core.estimates import prior_from
@@ -212,7 +212,8 @@ class TestSessionKeepsProfiles:
         s.close()
         use = store.get(target_key).use[str(tiny_pair[1].resolve())]
         assert use.tokens == sum(len(x.emitted) for x in steps) and use.seconds > 0
-        drafted = [x for x in steps if x.source not in COPIES]  # a copy's verdict is its gate's
+        assert not any(x.extended for x in steps)  # so a step is a copy's or the draft model's alone
+        drafted = [x for x in steps if not x.n_copied]  # a copy's verdict is its gate's
         assert use.drafted == sum(len(x.drafted) for x in drafted)
         assert use.rejected == sum(x.n_accepted < len(x.drafted) for x in drafted)
 
