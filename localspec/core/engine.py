@@ -193,7 +193,7 @@ class SpeculativeEngine:
             finish=finish,
             source=(draft.source or self.drafter.name) if drafted else "",
             extended=(draft.extension.source, len(draft.extension.ids)) if draft.extension else None,
-            n_copied=min(draft.n_copied, len(drafted)) if draft.copied else 0,
+            n_copied=min(draft.n_copied, len(drafted)) if draft.match else 0,  # a suffix match's, in any mode
         )
 
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:

@@ -555,3 +555,13 @@ class TestLongCopies:
         steps = list(engine.generate(reply[:24], GREEDY, 50))  # a full-depth match, as a regenerate's
         assert [len(s.drafted) for s in steps] == [MAX_DRAFT, 50 - (MAX_DRAFT + 1) - 1]  # each with its bonus token
         assert [t for s in steps for t in s.emitted] == reply[24:74]
+
+    def test_a_suffix_matchs_tokens_are_a_copys_in_any_mode(self):
+        """Whether a copier beside a model proposed them or the lookup mode's drafter did, a suffix
+        match's tokens are a copy's: its verdict is its gate's, not counted as a drafter's own."""
+        reply = list(range(100, 200))
+        history = build([reply])
+        target = FakeModel(lambda h: np.eye(200, dtype=np.float32)[(h[-1] + 1) % 200] * 10, 200)  # says t + 1
+        engine = SpeculativeEngine(target, SuffixDrafter(lambda: (history,)), FixedController(CostModel(), 8))
+        step = next(engine.generate(reply[:24], GREEDY, 16))
+        assert step.drafted == tuple(reply[24:32]) and step.n_copied == 8 and step.own_verdict() == (0, 0)
