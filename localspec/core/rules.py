@@ -88,8 +88,7 @@ class LookupGate:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
         if available <= 0 or not self.costs.verify:
             return available
-        rates = speeds(self.costs, self.alpha(n), available, t_draft=0.0)
-        return best_k(rates, self.policy.min_gain)
+        return best_k(speeds(self.costs, self.alpha(n), available, t_draft=0.0), self.policy.min_gain)
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""
