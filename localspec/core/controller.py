@@ -77,8 +77,8 @@ def pick_copy(
     learnt acceptance ``alpha``), and how many tokens the draft model adds after it. Beside
     drafts, the copy of the best expected rate (its source's acceptance, no draft pass) where it
     beats the drafts' by ``min_gain``, extended by up to k tokens within the ``room`` a verify
-    has left where they are worth more than the drafts' steps would make of that time
-    (``costs.extension_value``); in place of the target alone (k = 0), or before anything is
+    has left where they are worth more than the drafts' steps would make of that time, or a
+    sure copy's own rate (``costs.extension_value``); in place of the target alone (k = 0), or before anything is
     timed, the first proposed, alone: its gate priced it."""
     proposed = [c for c in copies if c.ids]
     if not proposed or k == 0 or not costs.verify:
@@ -92,7 +92,8 @@ def pick_copy(
     if best is None or best.alpha is None:
         return None, 0
     j = len(best.ids)
-    return best, int(np.argmax(extension_value(costs, best.alpha, j, alpha, max(min(k, room - j), 0), bar)))
+    rate = best_tps if best.alpha >= 1.0 else bar  # a sure copy's time is worth its own rate: it copies on
+    return best, int(np.argmax(extension_value(costs, best.alpha, j, alpha, max(min(k, room - j), 0), rate)))
 
 
 class AdaptiveController:

@@ -73,22 +73,28 @@ class LookupGate:
     and the gate proposes the prefix j that maximises E(j) / T(j+1) (a copy costs no draft
     pass), nothing unless that is ``min_gain`` better than j = 0. Every match, proposed or not,
     is scored against what the step kept (``observe``), for free, so a blocked kind wins trust
-    back."""
+    back.
+
+    A greedy reply to a prompt answered before (``prompts``) is that answer again: its copies of
+    a full-depth history match are priced as sure until one fails (``suffix.SuffixDrafter``)."""
 
     def __init__(self, costs: CostModel, policy: Policy = DEFAULT, prior: tuple[float, float] = (1.0, 1.0)) -> None:
         self.costs, self.policy = costs, policy
         self.prior = prior  # [accepted, rejected] of a kind not seen yet: Laplace's rule
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
+        self.prompts: set[int] = set()  # the prompts (hashed) of the replies so far
 
     def alpha(self, n: Hashable) -> float:
         accepted, rejected = self.counts.get(n, self.prior)
         return accepted / (accepted + rejected)
 
-    def length(self, n: Hashable, available: int) -> int:
-        """Tokens of an ``n``-token match's continuation (``available`` of them) to propose."""
+    def length(self, n: Hashable, available: int, alpha: float | None = None) -> int:
+        """Tokens of an ``n``-token match's continuation (``available`` of them) to propose, at
+        the kind's acceptance or at ``alpha``."""
         if available <= 0 or not self.costs.verify:
             return available
-        return best_k(speeds(self.costs, self.alpha(n), available, t_draft=0.0), self.policy.min_gain)
+        alpha = self.alpha(n) if alpha is None else alpha
+        return best_k(speeds(self.costs, alpha, available, t_draft=0.0), self.policy.min_gain)
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""

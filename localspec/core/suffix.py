@@ -256,6 +256,8 @@ class SuffixDrafter(DrafterBase):
         self.history = history or (lambda: ())
         self.gate, self.policy = gate, policy
         self._tokens = _GrowingArray()  # the context as an array, extended step by step
+        self._again: bool | None = None  # this reply answers a prompt answered before (greedy)
+        self._sure: Draft | None = None  # the last draft proposed as the earlier answer
 
     def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
         """The walk after the longest match, context or history (the longer match; the context
@@ -263,6 +265,10 @@ class SuffixDrafter(DrafterBase):
         The whole walk rides along to be scored against what the step keeps (``observe``)."""
         if k <= 0 or len(context) < 2:
             return Draft()
+        if self._again is None and self.gate is not None:  # a drafter drafts one reply: its prompt
+            prompt = hash(tuple(context))
+            self._again = params.greedy and prompt in self.gate.prompts
+            self.gate.prompts.add(prompt)
         found = self._match(self._tokens.of(context))
         if found is None:
             return Draft()
@@ -278,9 +284,18 @@ class SuffixDrafter(DrafterBase):
         if not ids:
             return Draft()
         key = (source, bucket(m.length))
-        j = self.gate.length(key, len(ids)) if self.gate else len(ids)
-        alpha = self.gate.alpha(key) if self.gate else None
-        return Draft(ids[:j], confidence=(), alpha=alpha, match=key, continuation=ids, source=source)
+        if self.gate is None:
+            return Draft(ids, confidence=(), match=key, continuation=ids, source=source)
+        # a greedy answer to a prompt answered before follows that answer (its lead-in and then
+        # itself, a full-depth match) token for token: sure as far as every occurrence agrees
+        # (another prompt that ends the same may have been answered otherwise), until a copy fails
+        n_sure = probs.count(1.0) if self._again and source == "history" and m.length >= self.policy.suffix_depth else 0
+        sure = n_sure > 0
+        alpha = 1.0 if sure else self.gate.alpha(key)
+        j = self.gate.length(key, n_sure if sure else len(ids), alpha)
+        draft = Draft(ids[:j], confidence=(), alpha=alpha, match=key, continuation=ids, source=source)
+        self._sure = draft if sure else None
+        return draft
 
     def _match(self, ctx: np.ndarray) -> tuple[str, Match, np.ndarray, int] | None:
         depth, n_ends = self.policy.suffix_depth, self.policy.suffix_ends
@@ -299,6 +314,8 @@ class SuffixDrafter(DrafterBase):
         the verdict a verify would have given on those tokens."""
         if self.gate is None or not draft.match:
             return
+        if draft is self._sure and draft.continuation[: len(kept)] != tuple(kept[: len(draft.continuation)]):
+            self._again = False  # the earlier answer and this one part: the gate decides from here
         if verdict is not None and verdict[0] > 0:
             self.gate.observe(draft.match, *verdict)
         else:

@@ -565,3 +565,14 @@ class TestLongCopies:
         engine = SpeculativeEngine(target, SuffixDrafter(lambda: (history,)), FixedController(CostModel(), 8))
         step = next(engine.generate(reply[:24], GREEDY, 16))
         assert step.drafted == tuple(reply[24:32]) and step.n_copied == 8 and step.own_verdict() == (0, 0)
+
+
+def test_a_sure_copy_is_extended_only_where_the_models_tokens_beat_its_own_rate():
+    """A regenerate's copy (acceptance 1) copies on next step: the model's tokens after it must
+    beat that, not the drafts' rate."""
+    t = TestCopiesBesideADraftModel
+    trusted = t.lookup(prior=(30.0, 1.0)).draft(t.CTX, 16, GREEDY, None)
+    copy = replace(trusted, ids=trusted.ids[:4])
+    assert t.pick([copy], 0.9, 2, room=16) == (copy, 2)  # trusted, not sure: extended
+    sure = replace(copy, alpha=1.0)
+    assert t.pick([sure], 0.9, 2, room=16) == (sure, 0)

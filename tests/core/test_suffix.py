@@ -5,8 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from localspec.core.costs import CostModel
 from localspec.core.options import MAX_DRAFT
 from localspec.core.policy import DEFAULT as P
+from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 from localspec.core.suffix import (
     SEP,
@@ -134,3 +136,51 @@ class TestSuffixDrafter:
 
     def test_buckets_group_match_lengths(self):
         assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 24)] == [1, 2, 3, 4, 4, 4, 4]
+
+
+class TestAnsweredBefore:
+    """A greedy reply to a prompt answered before is that answer again: its full-depth history
+    copies are priced as sure (the whole walk), as far as every occurrence agrees, until one fails."""
+
+    COSTS = CostModel({n: 0.7 + 0.3 * n for n in (1, 2, 4, 8, 16, 33)})  # a row costs 0.3 of T(1)
+
+    def setup(self, prompt, reply):
+        gate = LookupGate(self.COSTS)
+        history = [build([[*prompt[-P.suffix_depth :], *reply]])]
+        return gate, lambda: SuffixDrafter(lambda: tuple(history), gate)
+
+    def test_the_same_prompt_again_copies_the_whole_walk_from_its_first_step(self):
+        prompt, reply = list(range(1000, 1040)), list(range(100, 200))
+        gate, drafter = self.setup(prompt, reply)
+        first = drafter().draft(list(prompt), 64, GREEDY, None)
+        assert len(first.ids) == 1 and first.alpha == 0.5  # Laplace's trust: one token pays
+        again = drafter().draft(list(prompt), 64, GREEDY, None)
+        assert again.ids == tuple(reply[:MAX_DRAFT]) and again.alpha == 1.0
+
+    def test_sampled_replies_and_other_prompts_are_the_gates(self):
+        prompt, reply = list(range(1000, 1040)), list(range(100, 200))
+        gate, drafter = self.setup(prompt, reply)
+        drafter().draft(list(prompt), 64, GREEDY, None)
+        assert drafter().draft(list(prompt), 64, SamplingParams(temperature=0.8), None).alpha == 0.5
+        other = [7, *prompt]  # ends the same, another prompt
+        assert drafter().draft(other, 64, GREEDY, None).alpha == 0.5
+
+    def test_a_copy_that_fails_hands_the_reply_back_to_the_gate(self):
+        prompt, reply = list(range(1000, 1040)), list(range(100, 200))
+        gate, drafter = self.setup(prompt, reply)
+        drafter().draft(list(prompt), 64, GREEDY, None)
+        d = drafter()
+        context = list(prompt)
+        copy = d.draft(context, 64, GREEDY, None)
+        d.observe(copy, (len(copy.ids), 3), (*copy.ids[:3], 5))  # the target parts at the 4th token
+        context += [*copy.ids[:3], 5, *reply[4:40]]  # ... and later writes the earlier answer again
+        assert d.draft(context, 64, GREEDY, None).alpha == gate.alpha(("history", 4)) < 1.0
+
+    def test_occurrences_that_disagree_are_sure_only_as_far_as_they_agree(self):
+        prompt = list(range(1000, 1040))
+        gate = LookupGate(self.COSTS)
+        lead = prompt[-P.suffix_depth :]
+        history = [build([[*lead, *range(100, 140)], [*lead, *range(100, 110), *range(300, 330)]])]
+        new = lambda: SuffixDrafter(lambda: tuple(history), gate)
+        new().draft(list(prompt), 64, GREEDY, None)
+        assert new().draft(list(prompt), 64, GREEDY, None).ids == tuple(range(100, 110))
