@@ -9,8 +9,9 @@ than a quarter of base or the two together pass the cap. A reply identical to on
 kept twice: its last use is refreshed, so the replies dropped first are those least recently
 written.
 
-A segment is an ``.npz`` of the corpus's four arrays, the format (``FORMAT``) and the key,
-written atomically (``lockedfile``). ``add`` and ``clear`` hold ``KEY/history.lock`` from their
+A segment is an ``.npz`` of the corpus's arrays, the format (``FORMAT``) and the key,
+written atomically (``lockedfile``); a file of format 1 (no ``prompts``: the prompts whose
+greedy answer was given twice) is read with none known. ``add`` and ``clear`` hold ``KEY/history.lock`` from their
 read to their write and read the files as they are under it (a file another process replaced
 is parsed again, one this store read or wrote last is not), so the app and ``localspec serve``
 adding at once lose no reply; reads take no lock. A file that is damaged, not a history,
@@ -38,7 +39,7 @@ from ..core.suffix import Corpus
 from ..lockedfile import file_version, locked, write_atomic
 from ..settings import backup_name, data_dir
 
-FORMAT = 1  # the files' layout; a file of a later one is set aside, not guessed at
+FORMAT = 2  # the files' layout; a file of a later one is set aside, not guessed at
 # 8 bytes a token (4 for the token, 4 for its suffix array entry): about 16 MB in memory and as
 # much on disk, a quarter of the 64 MB a history may take
 DEFAULT_CAP_TOKENS = 2_000_000
@@ -48,7 +49,8 @@ DEFAULT_CAP_TOKENS = 2_000_000
 # rebuilt whole at every reply.
 MERGE_FRACTION, MERGE_MIN_TOKENS = 4, 65_536
 SEGMENTS = ("base", "recent")  # written in this order: a crash between the two repeats a reply, never loses one
-ARRAYS = {"tokens": np.uint32, "starts": np.int64, "used": np.float64, "rsa": np.int32}
+ARRAYS = {"tokens": np.uint32, "starts": np.int64, "used": np.float64, "rsa": np.int32, "prompts": np.uint64}
+SINCE = {"prompts": 2}  # the format that added an array; an older file is read without it
 LOCK = "history"  # KEY/history.lock
 KEY_PATTERN = re.compile(r"[0-9a-f]{1,64}")
 # what reading a damaged or foreign file raises (a missing or unreadable one raises OSError)
@@ -173,11 +175,13 @@ class HistoryStore:
 
     # --- writing --------------------------------------------------------------------------------
     def add(
-        self, key: str, reply_tokens: Sequence[int], now: float | None = None
+        self, key: str, reply_tokens: Sequence[int], now: float | None = None, prompt: int = 0
     ) -> tuple[tuple[Corpus, ...], list[str]]:
-        """Keep a reply (its token ids), used ``now`` (default: the time); answers as ``load``,
-        with the history as written. An empty reply, or one longer than the cap, is not kept.
-        A failed write is a warning, not an error: drafting goes on from what was kept."""
+        """Keep a reply (its token ids), used ``now`` (default: the time), a greedy answer to
+        ``prompt`` (``suffix.prompt_hash``; 0: none), which marks the same reply kept before as
+        reproduced; answers as ``load``, with the history as written. An empty reply, or one
+        longer than the cap, is not kept. A failed write is a warning, not an error: drafting
+        goes on from what was kept."""
         reply = as_reply(reply_tokens)
         if not 0 < len(reply) <= self.cap_tokens:
             return self.load(key)
@@ -186,7 +190,7 @@ class HistoryStore:
         try:
             with locked(folder / LOCK):
                 segments, warnings = self._read_all_locked(folder, key)
-                changed = self._with_reply(segments["base"], segments["recent"], reply, now)
+                changed = self._with_reply(segments["base"], segments["recent"], reply, now, prompt)
                 for name, corpus in changed.items():
                     self._write(folder / f"{name}.npz", key, corpus)
         except OSError as e:
@@ -202,14 +206,16 @@ class HistoryStore:
             warnings += [warning] if warning else []
         return segments, warnings
 
-    def _with_reply(self, base: Corpus, recent: Corpus, reply: np.ndarray, now: float) -> dict[str, Corpus]:
+    def _with_reply(
+        self, base: Corpus, recent: Corpus, reply: np.ndarray, now: float, prompt: int
+    ) -> dict[str, Corpus]:
         """The segments that change when ``reply`` is added, in the order they are written."""
         for name, corpus in (("base", base), ("recent", recent)):
             i = find(corpus, reply)
             if i is not None:
-                used = corpus.used.copy()
-                used[i] = now
-                return {name: dataclasses.replace(corpus, used=used)}
+                used, prompts = corpus.used.copy(), corpus.prompts.copy()
+                used[i], prompts[i] = now, prompt or prompts[i]
+                return {name: dataclasses.replace(corpus, used=used, prompts=prompts)}
         recent = suffix.with_reply(recent, reply.tolist(), now, self.cap_tokens)
         total = base.n_tokens + recent.n_tokens
         if recent.n_tokens > max(base.n_tokens // MERGE_FRACTION, MERGE_MIN_TOKENS) or total > self.cap_tokens:
@@ -246,13 +252,16 @@ def read_segment(path: Path, key: str) -> Corpus:
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise NotAHistory("one array, not a history's")
     with z:
-        _check_header(z, key)
+        version = _check_header(z, key)
         arrays = {}
         for name, dtype in ARRAYS.items():
+            if version < SINCE.get(name, 1):
+                continue
             a = z[name]
             if a.dtype != dtype or a.ndim != 1:
                 raise NotAHistory(f"{name} is {a.dtype} of shape {a.shape}, not a row of {np.dtype(dtype)}")
             arrays[name] = a
+    arrays.setdefault("prompts", np.zeros(len(arrays["starts"]), dtype=np.uint64))
     corpus = Corpus(**arrays)
     corpus.check()
     if not np.array_equal(corpus.starts, np.flatnonzero(corpus.tokens == suffix.SEP)[:-1] + 1):
@@ -260,18 +269,22 @@ def read_segment(path: Path, key: str) -> Corpus:
     return corpus
 
 
-def _check_header(z: np.lib.npyio.NpzFile, key: str) -> None:
+def _check_header(z: np.lib.npyio.NpzFile, key: str) -> int:
+    """The file's format, where it is one of ``key``'s histories that this localspec reads."""
     names = set(z.files)
-    if names != {*ARRAYS, "version", "key"}:
-        raise NotAHistory(f"holds {', '.join(sorted(names)) or 'nothing'}, not a history's arrays")
+    if "version" not in names:
+        raise NotAHistory("no format version")
     version = z["version"]
     if version.shape != () or version.dtype.kind not in "iu" or int(version) < 1:
         raise NotAHistory("no format version")
     if int(version) > FORMAT:
         raise NotAHistory(f"written by a newer localspec (history format {int(version)}; this one reads {FORMAT})")
+    if names != {*(a for a in ARRAYS if int(version) >= SINCE.get(a, 1)), "version", "key"}:
+        raise NotAHistory(f"holds {', '.join(sorted(names)) or 'nothing'}, not a history's arrays")
     stored = z["key"]
     if stored.shape != () or stored.dtype.kind != "U" or str(stored) != key:
         raise NotAHistory(f"another tokenizer's history (key {str(stored)[:64]!r}, not {key!r})")
+    return int(version)
 
 
 def write_segment(path: Path, key: str, corpus: Corpus) -> None:
@@ -333,13 +346,14 @@ def find(corpus: Corpus, reply: np.ndarray) -> int | None:
 def merged(base: Corpus, recent: Corpus, cap_tokens: int) -> Corpus:
     """One corpus of both segments' replies, oldest first, each once (at its latest use), the
     least recently used dropped until the tokens fit ``cap_tokens`` (``suffix.most_recent``)."""
-    latest: dict[bytes, tuple[np.ndarray, float]] = {}
+    latest: dict[bytes, tuple[np.ndarray, float, int]] = {}
     for corpus in (base, recent):
-        for reply, used in zip(corpus.replies(), corpus.used):
+        for reply, used, prompt in zip(corpus.replies(), corpus.used, corpus.prompts):
             seen = latest.get(reply.tobytes())
             if seen is None or used > seen[1]:
-                latest[reply.tobytes()] = (reply, float(used))
-    return suffix.most_recent([r for r, _ in latest.values()], [u for _, u in latest.values()], cap_tokens)
+                latest[reply.tobytes()] = (reply, float(used), int(prompt))
+    replies, used, prompts = zip(*latest.values()) if latest else ((), (), ())
+    return suffix.most_recent(list(replies), list(used), cap_tokens, list(prompts))
 
 
 def _kept(segments: Sequence[Corpus]) -> tuple[Corpus, ...]:

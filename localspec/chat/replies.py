@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..core.policy import DEFAULT
-from ..core.suffix import Corpus
+from ..core.suffix import Corpus, prompt_hash
 
 # The end of the prompt kept before each reply: the template's "assistant" opening (a few
 # tokens) and the last words of the user's turn, as much as a match reads (``suffix_depth``),
@@ -49,13 +49,16 @@ class PastReplies:
     def corpora(self) -> Sequence[Corpus]:
         return self._corpora
 
-    def keep(self, prompt: Sequence[int], reply: Sequence[int]) -> None:
-        """Add ``reply`` (after the end of its ``prompt``); a store that cannot be written leaves
-        the history as it was, with a warning: a convenience must not fail a chat."""
+    def keep(self, prompt: Sequence[int], reply: Sequence[int], greedy: bool = False) -> None:
+        """Add ``reply`` (after the end of its ``prompt``; a ``greedy`` one given before is marked
+        reproduced, so a greedy reply to that prompt, in any process, copies it as sure); a store
+        that cannot be written leaves the history as it was, with a warning: a convenience must
+        not fail a chat."""
         if not reply:
             return
         tokens = [int(t) for t in prompt[-LEAD_IN:]] + [int(t) for t in reply]
-        self._corpora, warnings = self._ready(*self.store.add(self.key, tokens, time.time()))
+        answered = prompt_hash(prompt) if greedy else 0
+        self._corpora, warnings = self._ready(*self.store.add(self.key, tokens, time.time(), answered))
         self.warnings += warnings
 
     def _load(self) -> tuple[tuple[Corpus, ...], list[str]]:

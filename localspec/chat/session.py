@@ -409,7 +409,7 @@ class Session:
                 reply += step.emitted
                 yield step
             if self.replies is not None:  # (a reply cancelled midway closes this generator: not kept)
-                self.replies.keep(ids, reply)
+                self.replies.keep(ids, reply, greedy=params.greedy)
 
     def _recheck(self) -> None:
         """Time the costs again where the machine's speed moved since the calibration; the

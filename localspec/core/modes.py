@@ -155,7 +155,7 @@ def draft_model(ctx: ModeContext) -> Drafting:
         )
 
     def new_copiers(reply: ReplySpec) -> tuple[Drafter, ...]:
-        return (SuffixDrafter(ctx.history, gate, ctx.policy),)
+        return (SuffixDrafter(ctx.history, gate, ctx.policy, reply.prompt_len),)
 
     return Drafting(controller, new_drafter, new_copiers if gate else None, suffix=gate is not None)
 
@@ -165,7 +165,11 @@ def prompt_lookup(ctx: ModeContext) -> Drafting:
     the gate (adaptive) keeps what it learnt across replies."""
     controller = controller_for(ctx, draft_cost=False, gated=True)
     gate = LookupGate(controller.costs, ctx.policy) if ctx.adaptive else None
-    return Drafting(controller, lambda reply: SuffixDrafter(ctx.history, gate, ctx.policy), suffix=True)
+
+    def new_drafter(reply: ReplySpec) -> Drafter:
+        return SuffixDrafter(ctx.history, gate, ctx.policy, reply.prompt_len)
+
+    return Drafting(controller, new_drafter, suffix=True)
 
 
 # the modes that draft with a model (a draft file, or the target's own MTP layers): a draft

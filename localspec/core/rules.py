@@ -75,14 +75,15 @@ class LookupGate:
     is scored against what the step kept (``observe``), for free, so a blocked kind wins trust
     back.
 
-    A greedy reply to a prompt answered before (``prompts``) is that answer again: its copies of
-    a full-depth history match are priced as sure until one fails (``suffix.SuffixDrafter``)."""
+    A greedy reply to a prompt answered before (``prompts``, this process's) is that answer again:
+    its copies of a full-depth history match are priced as sure until one fails
+    (``suffix.SuffixDrafter``)."""
 
     def __init__(self, costs: CostModel, policy: Policy = DEFAULT, prior: tuple[float, float] = (1.0, 1.0)) -> None:
         self.costs, self.policy = costs, policy
         self.prior = prior  # [accepted, rejected] of a kind not seen yet: Laplace's rule
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
-        self.prompts: set[int] = set()  # the prompts (hashed) of the replies so far
+        self.prompts: set[int] = set()  # the prompts (``suffix.prompt_hash``) of the replies so far
 
     def alpha(self, n: Hashable) -> float:
         accepted, rejected = self.counts.get(n, self.prior)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -38,12 +39,15 @@ SEP = np.uint32(0xFFFFFFFF)  # between replies: no token id, so no match runs ac
 @dataclass(frozen=True, eq=False)
 class Corpus:
     """Past replies as one token array: ``SEP r_1 SEP r_2 ... r_n SEP`` (uint32), where reply i
-    starts at ``starts[i]``, and ``rsa``, the suffix array of the reversed tokens (int32)."""
+    starts at ``starts[i]``, and ``rsa``, the suffix array of the reversed tokens (int32).
+    ``prompts[i]``: the ``prompt_hash`` of the prompt whose greedy answer reply i is, once that
+    answer was given twice (this machine's target reproduced it); 0: not (yet) reproduced."""
 
     tokens: np.ndarray = field(default_factory=lambda: np.array([SEP], dtype=np.uint32))
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     used: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))  # last use, for LRU
     rsa: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int32))
+    prompts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
     @functools.cached_property
     def reversed(self) -> np.ndarray:
@@ -57,6 +61,11 @@ class Corpus:
         ids = first[first != SEP]
         return np.searchsorted(first, np.arange(int(ids.max()) + 2 if len(ids) else 1)).astype(np.int32)
 
+    @functools.cached_property
+    def reproduced(self) -> frozenset[int]:
+        """The prompts (``prompt_hash``) whose greedy answer here was given twice."""
+        return frozenset(int(h) for h in self.prompts if h)
+
     @property
     def n_replies(self) -> int:
         return len(self.starts)
@@ -67,7 +76,7 @@ class Corpus:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.tokens, self.starts, self.used, self.rsa))
+        return sum(a.nbytes for a in (self.tokens, self.starts, self.used, self.rsa, self.prompts))
 
     def replies(self) -> list[np.ndarray]:
         ends = np.append(self.starts[1:] - 1, len(self.tokens) - 1)
@@ -79,9 +88,10 @@ class Corpus:
         ok = (
             t.dtype == np.uint32
             and self.rsa.dtype == np.int32
+            and self.prompts.dtype == np.uint64
             and n >= 1
             and len(self.rsa) == n
-            and len(self.used) == len(self.starts)
+            and len(self.used) == len(self.starts) == len(self.prompts)
             and t[0] == SEP
             and t[-1] == SEP
             and int((t == SEP).sum()) == len(self.starts) + 1
@@ -92,8 +102,13 @@ class Corpus:
             raise ValueError("not a history of replies")
 
 
-def build(replies: Sequence[Sequence[int] | np.ndarray], used: Sequence[float] | np.ndarray | None = None) -> Corpus:
-    """The corpus of ``replies`` (oldest first) and its suffix array."""
+def build(
+    replies: Sequence[Sequence[int] | np.ndarray],
+    used: Sequence[float] | np.ndarray | None = None,
+    prompts: Sequence[int] | np.ndarray | None = None,
+) -> Corpus:
+    """The corpus of ``replies`` (oldest first, each last ``used`` then, answering ``prompts``)
+    and its suffix array."""
     parts, starts, at = [np.array([SEP], dtype=np.uint32)], [], 1
     for r in replies:
         starts.append(at)
@@ -101,21 +116,33 @@ def build(replies: Sequence[Sequence[int] | np.ndarray], used: Sequence[float] |
         at += len(r) + 1
     tokens = np.concatenate(parts)
     used_arr = np.asarray(used if used is not None else np.zeros(len(starts)), dtype=np.float64)
-    return Corpus(tokens, np.asarray(starts, dtype=np.int64), used_arr, suffix_array(tokens[::-1]))
+    prompts_arr = np.asarray(prompts if prompts is not None else np.zeros(len(starts)), dtype=np.uint64)
+    return Corpus(tokens, np.asarray(starts, dtype=np.int64), used_arr, suffix_array(tokens[::-1]), prompts_arr)
 
 
 def with_reply(corpus: Corpus, reply: Sequence[int], now: float, cap_tokens: int) -> Corpus:
     """``corpus`` with ``reply`` added (used ``now``), within ``cap_tokens`` (``most_recent``)."""
-    return most_recent([*corpus.replies(), np.asarray(reply, dtype=np.uint32)], [*corpus.used, now], cap_tokens)
+    replies = [*corpus.replies(), np.asarray(reply, dtype=np.uint32)]
+    return most_recent(replies, [*corpus.used, now], cap_tokens, [*corpus.prompts, 0])
 
 
-def most_recent(replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int) -> Corpus:
+def most_recent(
+    replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int, prompts: Sequence[int] | None = None
+) -> Corpus:
     """The corpus of the most recently used ``replies`` whose tokens together fit ``cap_tokens``
     (the least recently used dropped first), kept in their order."""
     order = np.argsort(-np.asarray(used, dtype=np.float64), kind="stable")  # most recent first
     fits = np.cumsum([len(replies[i]) for i in order]) <= cap_tokens
     keep = np.sort(order[: int(np.argmin(fits)) if not fits.all() else len(order)])
-    return build([replies[i] for i in keep], [used[i] for i in keep])
+    answered = np.zeros(len(replies), dtype=np.uint64) if prompts is None else np.asarray(prompts, dtype=np.uint64)
+    return build([replies[i] for i in keep], [used[i] for i in keep], answered[keep])
+
+
+def prompt_hash(prompt: Sequence[int]) -> int:
+    """A prompt's tokens as a nonzero 64-bit number, the same in every process (Python's own
+    ``hash`` of a str is not)."""
+    digest = hashlib.blake2b(np.asarray(prompt, dtype=np.uint32).tobytes(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
 
 
 def suffix_array(text: np.ndarray) -> np.ndarray:
@@ -252,22 +279,26 @@ class SuffixDrafter(DrafterBase):
         history: Callable[[], Sequence[Corpus]] | None = None,
         gate: LookupGate | None = None,
         policy: Policy = DEFAULT,
+        prompt_len: int = 0,
     ) -> None:
         self.history = history or (lambda: ())
         self.gate, self.policy = gate, policy
+        self.prompt_len = prompt_len  # the reply's prompt: the context's first tokens (0: the first draft's context)
         self._tokens = _GrowingArray()  # the context as an array, extended step by step
-        self._again: bool | None = None  # this reply answers a prompt answered before (greedy)
+        self._again: bool | None = None  # a greedy reply to a prompt answered before (see draft)
         self._sure: Draft | None = None  # the last draft proposed as the earlier answer
 
     def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
-        """The walk after the longest match, context or history (the longer match; the context
-        at a tie); as much of it as the gate says matches of its source and length have earned.
+        """The walk after the longest match, context or history (the longer match; at a tie the
+        context, unless this reply answers a prompt answered before: then the earlier answer); as
+        much of it as the gate says matches of its source and length have earned.
         The whole walk rides along to be scored against what the step keeps (``observe``)."""
         if k <= 0 or len(context) < 2:
             return Draft()
         if self._again is None and self.gate is not None:  # a drafter drafts one reply: its prompt
-            prompt = hash(tuple(context))
-            self._again = params.greedy and prompt in self.gate.prompts
+            prompt = prompt_hash(context[: self.prompt_len or len(context)])
+            reproduced = any(prompt in corpus.reproduced for corpus in self.history())
+            self._again = params.greedy and (prompt in self.gate.prompts or reproduced)
             self.gate.prompts.add(prompt)
         found = self._match(self._tokens.of(context))
         if found is None:
@@ -286,9 +317,11 @@ class SuffixDrafter(DrafterBase):
         key = (source, bucket(m.length))
         if self.gate is None:
             return Draft(ids, confidence=(), match=key, continuation=ids, source=source)
-        # a greedy answer to a prompt answered before follows that answer (its lead-in and then
-        # itself, a full-depth match) token for token: sure as far as every occurrence agrees
-        # (another prompt that ends the same may have been answered otherwise), until a copy fails
+        # a greedy answer to a prompt answered in this process, or whose answer this machine gave
+        # twice (a target's batched and single-token kernels may part at a near-tie: one answer
+        # is no promise across processes), follows that answer (its lead-in and then itself, a
+        # full-depth match) token for token: sure as far as every occurrence agrees (another
+        # prompt that ends the same may have been answered otherwise), until a copy fails
         n_sure = probs.count(1.0) if self._again and source == "history" and m.length >= self.policy.suffix_depth else 0
         sure = n_sure > 0
         alpha = 1.0 if sure else self.gate.alpha(key)
@@ -303,7 +336,7 @@ class SuffixDrafter(DrafterBase):
         tail = ctx[-depth:]
         for corpus in self.history():
             m = match_corpus(corpus, tail, depth, n_ends)
-            if m.length > best[1].length:
+            if m.length > best[1].length or (self._again and m.length >= depth):  # the earlier answer, at a tie
                 best = ("history", m, corpus.tokens, len(corpus.tokens))
         return best if best[1].length else None
 

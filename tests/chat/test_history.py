@@ -85,6 +85,26 @@ class TestRoundTrip:
         with pytest.raises(ValueError, match="token ids run from 0"):
             HistoryStore(tmp_path).add(KEY, ids)
 
+    def test_a_greedy_answer_given_twice_is_marked_with_its_prompt_in_another_store(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(5), now=1.0, prompt=77)
+        store.add(KEY, reply(3, 100), now=2.0, prompt=78)
+        assert store.load(KEY)[0][0].reproduced == frozenset()  # each given once
+        store.add(KEY, reply(5), now=3.0, prompt=77)  # the same answer again
+        (corpus,) = HistoryStore(tmp_path).load(KEY)[0]
+        assert corpus.prompts.tolist() == [77, 0] and corpus.reproduced == {77}
+
+    def test_a_format_1_file_is_read_with_no_prompt_known_and_kept_on(self, tmp_path):
+        path = tmp_path / KEY / "recent.npz"
+        valid_file(path, version=np.int64(1), prompts=None)  # as the first format wrote it
+        store = HistoryStore(tmp_path)
+        (corpus,), warnings = store.load(KEY)
+        assert warnings == [] and kept(store) == [reply(3), reply(2, 10)] and corpus.reproduced == frozenset()
+        store.add(KEY, reply(2, 10), now=3.0, prompt=9)  # written again in today's format, nothing lost
+        store.add(KEY, reply(4, 50), now=4.0)
+        (corpus,) = HistoryStore(tmp_path).load(KEY)[0]
+        assert kept(store) == [reply(3), reply(2, 10), reply(4, 50)] and corpus.prompts.tolist() == [0, 9, 0]
+
     def test_histories_of_two_tokenizers_stay_apart(self, tmp_path):
         store = HistoryStore(tmp_path)
         store.add("aa", reply(2))
@@ -110,6 +130,16 @@ class TestDedupe:
         store.add(KEY, big, now=5.0)
         base, recent = store.load(KEY)[0]
         assert (base.used.tolist(), recent.used.tolist()) == ([5.0], [2.0])
+
+    def test_a_reproduced_reply_keeps_its_mark_through_a_merge(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(4), now=1.0)
+        store.add(KEY, reply(4), now=2.0, prompt=5)  # given again, greedy: reproduced
+        store.add(KEY, reply(4), now=3.0)  # sampled again: the mark stays
+        assert store.load(KEY)[0][0].prompts.tolist() == [5]
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1, 10), now=4.0, prompt=6)  # recent merges into base
+        base, *recent = store.load(KEY)[0]
+        assert not recent and base.prompts.tolist() == [5, 0]
 
     def test_a_longer_or_shorter_reply_is_another_reply(self, tmp_path):
         store = HistoryStore(tmp_path)
@@ -202,10 +232,11 @@ class TestReadsOnlyWhatChanged:
 def valid_file(path: Path, key: str = KEY, **override) -> None:
     """A segment file of two replies, with any of its arrays replaced."""
     corpus = suffix.build([reply(3), reply(2, 10)], [1.0, 2.0])
-    arrays = {name: getattr(corpus, name) for name in ("tokens", "starts", "used", "rsa")}
+    arrays = {name: getattr(corpus, name) for name in history.ARRAYS}
     path.parent.mkdir(parents=True, exist_ok=True)
+    given = {**arrays, "version": np.int64(FORMAT), "key": np.str_(key), **override}
     with open(path, "wb") as f:
-        np.savez(f, **{**arrays, "version": np.int64(FORMAT), "key": np.str_(key), **override})
+        np.savez(f, **{name: a for name, a in given.items() if a is not None})  # None: left out
 
 
 class TestDamagedFiles:

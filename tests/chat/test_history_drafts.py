@@ -53,6 +53,23 @@ class TestHistoryDrafts:
         assert stats.accepted_by_source.get("history", 0) >= len(ref) // 2
         assert stats.tokens_per_pass > 2
 
+    def test_an_answer_given_twice_is_copied_whole_from_the_first_step_in_a_new_session(self, tiny_pair, tmp_path):
+        store = HistoryStore(tmp_path / "history")
+        firsts, replies = [], []
+        for _ in range(3):  # each a new process: a fresh gate, at Laplace's trust
+            s = load(tiny_pair, store)
+            try:
+                steps = list(s.chat(ASK, GREEDY, 40, mode="lookup"))
+            finally:
+                s.close()
+            firsts.append(steps[0])
+            replies.append([t for step in steps for t in step.emitted])
+        assert replies[0] == replies[1] == replies[2]  # the target's own, every time
+        # given once, an answer is no promise (a batched verify may part from it at a near-tie):
+        # the gate's trust proposes a token or two; given twice, it is copied as far as a verify pays
+        assert len(firsts[1].drafted) <= 2
+        assert firsts[2].source == "history" and len(firsts[2].drafted) >= 4
+
     def test_no_history_reads_and_writes_nothing(self, tiny_pair, tmp_path):
         store = HistoryStore(tmp_path / "history")
         s = load(tiny_pair, store, history=False)
@@ -91,7 +108,7 @@ def propose_every_step(s, store, ids, x, monkeypatch):
     other, so x is every step's proposal."""
     store.add(s.replies.key, ids[-LEAD_IN:] + [x, x, x], 0.0)
     s.replies = type(s.replies)(store, s.replies.key)  # read the history again
-    monkeypatch.setattr(s.replies, "keep", lambda prompt, reply: None)
+    monkeypatch.setattr(s.replies, "keep", lambda prompt, reply, greedy: None)
 
 
 def chi2(counts, p, n):

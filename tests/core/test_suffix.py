@@ -18,6 +18,7 @@ from localspec.core.suffix import (
     build,
     continuations,
     match_corpus,
+    prompt_hash,
     walk,
     with_reply,
 )
@@ -81,11 +82,17 @@ class TestWalk:
 
 class TestCorpus:
     def test_with_reply_drops_the_least_recently_used_to_fit(self):
-        c = build([[1, 1, 1], [2, 2, 2]], used=[5.0, 1.0])
+        c = build([[1, 1, 1], [2, 2, 2]], used=[5.0, 1.0], prompts=[11, 22])
         c = with_reply(c, [3, 3, 3], now=9.0, cap_tokens=6)
         assert [r.tolist() for r in c.replies()] == [[1, 1, 1], [3, 3, 3]]  # [2,2,2] was used longest ago
         assert c.n_replies == 2 and c.n_tokens == 6 and c.used.tolist() == [5.0, 9.0]
+        assert c.prompts.tolist() == [11, 0] and c.reproduced == {11}  # each reply keeps its mark; a new one has none
         c.check()
+
+    def test_a_prompts_hash_is_the_same_in_every_process_and_never_zero(self):
+        assert prompt_hash([1, 2, 3]) == prompt_hash(np.array([1, 2, 3])) != prompt_hash([1, 2, 4])
+        assert prompt_hash([1, 2, 3]) == 0x9E3D6A5F74569CD6  # blake2b-64 of the uint32 bytes, little-endian
+        assert prompt_hash([]) != 0
 
     @pytest.mark.parametrize(
         "damage",
@@ -94,6 +101,7 @@ class TestCorpus:
             lambda c: Corpus(c.tokens, c.starts, c.used[:1], c.rsa),  # a use time missing
             lambda c: Corpus(c.tokens, c.starts, c.used, c.rsa + 100),  # suffixes past the end
             lambda c: Corpus(c.tokens.astype(np.int64), c.starts, c.used, c.rsa),  # foreign dtype
+            lambda c: Corpus(c.tokens, c.starts, c.used, c.rsa, c.prompts[:1]),  # a prompt missing
         ],
     )
     def test_check_refuses_a_damaged_corpus(self, damage):
@@ -139,48 +147,64 @@ class TestSuffixDrafter:
 
 
 class TestAnsweredBefore:
-    """A greedy reply to a prompt answered before is that answer again: its full-depth history
-    copies are priced as sure (the whole walk), as far as every occurrence agrees, until one fails."""
+    """A greedy reply to a prompt answered before in this process (the gate's ``prompts``), or
+    whose answer this machine gave twice (the history's ``prompts``), is that answer again: its
+    full-depth history copies are priced as sure (the whole walk), as far as every occurrence
+    agrees, until one fails."""
 
     COSTS = CostModel({n: 0.7 + 0.3 * n for n in (1, 2, 4, 8, 16, 33)})  # a row costs 0.3 of T(1)
+    PROMPT, REPLY = list(range(1000, 1040)), list(range(100, 200))
 
-    def setup(self, prompt, reply):
-        gate = LookupGate(self.COSTS)
-        history = [build([[*prompt[-P.suffix_depth :], *reply]])]
-        return gate, lambda: SuffixDrafter(lambda: tuple(history), gate)
+    def drafter(self, *answers, gate=None, prompt_len=0):
+        """A fresh drafter (a new process's, unless it shares a ``gate``) over a history of
+        ``answers``: (prompt, reply, the prompt's hash where that answer was given twice, else 0)."""
+        history = build([[*p[-P.suffix_depth :], *r] for p, r, _ in answers], prompts=[h for _, _, h in answers])
+        return SuffixDrafter(lambda: (history,), gate or LookupGate(self.COSTS), prompt_len=prompt_len)
 
-    def test_the_same_prompt_again_copies_the_whole_walk_from_its_first_step(self):
-        prompt, reply = list(range(1000, 1040)), list(range(100, 200))
-        gate, drafter = self.setup(prompt, reply)
-        first = drafter().draft(list(prompt), 64, GREEDY, None)
+    def test_a_reproduced_answer_is_copied_whole_from_the_first_step_in_a_new_process(self):
+        reproduced = (self.PROMPT, self.REPLY, prompt_hash(self.PROMPT))
+        again = self.drafter(reproduced).draft(list(self.PROMPT), 64, GREEDY, None)
+        assert again.ids == tuple(self.REPLY[:MAX_DRAFT]) and again.alpha == 1.0
+        once = (self.PROMPT, self.REPLY, 0)  # given once: a batched verify may part from it at a near-tie
+        first = self.drafter(once).draft(list(self.PROMPT), 64, GREEDY, None)
         assert len(first.ids) == 1 and first.alpha == 0.5  # Laplace's trust: one token pays
-        again = drafter().draft(list(prompt), 64, GREEDY, None)
-        assert again.ids == tuple(reply[:MAX_DRAFT]) and again.alpha == 1.0
 
-    def test_sampled_replies_and_other_prompts_are_the_gates(self):
-        prompt, reply = list(range(1000, 1040)), list(range(100, 200))
-        gate, drafter = self.setup(prompt, reply)
-        drafter().draft(list(prompt), 64, GREEDY, None)
-        assert drafter().draft(list(prompt), 64, SamplingParams(temperature=0.8), None).alpha == 0.5
-        other = [7, *prompt]  # ends the same, another prompt
-        assert drafter().draft(other, 64, GREEDY, None).alpha == 0.5
+    def test_a_prompt_answered_in_this_process_is_copied_whole_the_next_time(self):
+        gate, once = LookupGate(self.COSTS), (self.PROMPT, self.REPLY, 0)
+        assert self.drafter(once, gate=gate).draft(list(self.PROMPT), 64, GREEDY, None).alpha == 0.5
+        again = self.drafter(once, gate=gate).draft(list(self.PROMPT), 64, GREEDY, None)
+        assert again.ids == tuple(self.REPLY[:MAX_DRAFT]) and again.alpha == 1.0
+
+    def test_a_sampled_reply_and_another_prompt_are_the_gates(self):
+        reproduced = (self.PROMPT, self.REPLY, prompt_hash(self.PROMPT))
+        sampled = SamplingParams(temperature=0.8)
+        assert self.drafter(reproduced).draft(list(self.PROMPT), 64, sampled, None).alpha == 0.5
+        other = [7, *self.PROMPT]  # ends the same, another prompt
+        assert self.drafter(reproduced).draft(other, 64, GREEDY, None).alpha == 0.5
+
+    def test_the_prompt_is_the_replys_even_when_the_first_draft_comes_later(self):
+        reproduced = (self.PROMPT, self.REPLY, prompt_hash(self.PROMPT))
+        late = [*self.PROMPT, *self.REPLY[:3]]  # the step that first asks has three reply tokens
+        draft = self.drafter(reproduced, prompt_len=len(self.PROMPT)).draft(late, 64, GREEDY, None)
+        assert draft.ids == tuple(self.REPLY[3 : 3 + MAX_DRAFT]) and draft.alpha == 1.0
+
+    def test_the_earlier_answer_wins_a_tie_with_the_context(self):
+        x, a, b = list(range(500, 524)), [7, 7, 7, 7], list(range(600, 640))  # the prompt quotes x a; the answer x b
+        prompt = [*x, *a, *self.PROMPT]
+        d = self.drafter((prompt, [*x, *b], prompt_hash(prompt)), prompt_len=len(prompt))
+        draft = d.draft([*prompt, *x], 64, GREEDY, None)  # x again: the context and the history match in full
+        assert draft.source == "history" and draft.ids == tuple(b[:MAX_DRAFT]) and draft.alpha == 1.0
 
     def test_a_copy_that_fails_hands_the_reply_back_to_the_gate(self):
-        prompt, reply = list(range(1000, 1040)), list(range(100, 200))
-        gate, drafter = self.setup(prompt, reply)
-        drafter().draft(list(prompt), 64, GREEDY, None)
-        d = drafter()
-        context = list(prompt)
+        gate = LookupGate(self.COSTS)
+        d = self.drafter((self.PROMPT, self.REPLY, prompt_hash(self.PROMPT)), gate=gate)
+        context = list(self.PROMPT)
         copy = d.draft(context, 64, GREEDY, None)
         d.observe(copy, (len(copy.ids), 3), (*copy.ids[:3], 5))  # the target parts at the 4th token
-        context += [*copy.ids[:3], 5, *reply[4:40]]  # ... and later writes the earlier answer again
+        context += [*copy.ids[:3], 5, *self.REPLY[4:40]]  # ... and later writes the earlier answer again
         assert d.draft(context, 64, GREEDY, None).alpha == gate.alpha(("history", 4)) < 1.0
 
     def test_occurrences_that_disagree_are_sure_only_as_far_as_they_agree(self):
-        prompt = list(range(1000, 1040))
-        gate = LookupGate(self.COSTS)
-        lead = prompt[-P.suffix_depth :]
-        history = [build([[*lead, *range(100, 140)], [*lead, *range(100, 110), *range(300, 330)]])]
-        new = lambda: SuffixDrafter(lambda: tuple(history), gate)
-        new().draft(list(prompt), 64, GREEDY, None)
-        assert new().draft(list(prompt), 64, GREEDY, None).ids == tuple(range(100, 110))
+        h = prompt_hash(self.PROMPT)
+        two = (self.PROMPT, range(100, 140), h), (self.PROMPT, [*range(100, 110), *range(300, 330)], h)
+        assert self.drafter(*two).draft(list(self.PROMPT), 64, GREEDY, None).ids == tuple(range(100, 110))
