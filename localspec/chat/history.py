@@ -9,14 +9,15 @@ than a quarter of base or the two together pass the cap. A reply identical to on
 kept twice: its last use is refreshed, so the replies dropped first are those least recently
 written.
 
-A segment is an ``.npz`` of the corpus's arrays, the format (``FORMAT``) and the key,
-written atomically (``lockedfile``); a file of format 1 (no ``prompts``: the prompts whose
-greedy answer was given twice) is read with none known. ``add`` and ``clear`` hold ``KEY/history.lock`` from their
-read to their write and read the files as they are under it (a file another process replaced
-is parsed again, one this store read or wrote last is not), so the app and ``localspec serve``
-adding at once lose no reply; reads take no lock. A file that is damaged, not a history,
-another tokenizer's or from a newer localspec is set aside (``base.npz.bad-YYYYmmdd-HHMMSS``)
-with a warning naming it, and drafting goes on without it: nothing here raises for a file.
+A segment is an ``.npz`` of the corpus's arrays, the format (``FORMAT``) and the key, written
+atomically (``lockedfile``); a file of format 1 (no ``prompts``: the prompts whose greedy
+answer was given twice) is read with none known. ``add`` and ``clear`` hold
+``KEY/history.lock`` from their read to their write and read the files as they are under it (a
+file another process replaced is parsed again, one this store read or wrote last is not), so
+the app and ``localspec serve`` adding at once lose no reply; reads take no lock. A file that
+is damaged, not a history, another tokenizer's or from a newer localspec is set aside
+(``base.npz.bad-YYYYmmdd-HHMMSS``) with a warning naming it, and drafting goes on without it:
+nothing here raises for a file.
 """
 
 from __future__ import annotations
@@ -272,15 +273,16 @@ def read_segment(path: Path, key: str) -> Corpus:
 def _check_header(z: np.lib.npyio.NpzFile, key: str) -> int:
     """The file's format, where it is one of ``key``'s histories that this localspec reads."""
     names = set(z.files)
+    foreign = f"holds {', '.join(sorted(names)) or 'nothing'}, not a history's arrays"
     if "version" not in names:
-        raise NotAHistory("no format version")
+        raise NotAHistory(foreign)
     version = z["version"]
     if version.shape != () or version.dtype.kind not in "iu" or int(version) < 1:
         raise NotAHistory("no format version")
     if int(version) > FORMAT:
         raise NotAHistory(f"written by a newer localspec (history format {int(version)}; this one reads {FORMAT})")
     if names != {*(a for a in ARRAYS if int(version) >= SINCE.get(a, 1)), "version", "key"}:
-        raise NotAHistory(f"holds {', '.join(sorted(names)) or 'nothing'}, not a history's arrays")
+        raise NotAHistory(foreign)
     stored = z["key"]
     if stored.shape != () or stored.dtype.kind != "U" or str(stored) != key:
         raise NotAHistory(f"another tokenizer's history (key {str(stored)[:64]!r}, not {key!r})")

@@ -82,17 +82,6 @@ class DrafterBase(Drafter):
     name = "base"
     extends = False
 
-    def draft(
-        self,
-        context: Sequence[int],
-        k: int,
-        params: SamplingParams,
-        rng: np.random.Generator,
-        draft_max: int = 0,
-        after: Sequence[int] = (),
-    ) -> Draft:
-        raise NotImplementedError
-
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt before the first step (only a draft model has one to read)."""
 

@@ -127,15 +127,14 @@ def with_reply(corpus: Corpus, reply: Sequence[int], now: float, cap_tokens: int
 
 
 def most_recent(
-    replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int, prompts: Sequence[int] | None = None
+    replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int, prompts: Sequence[int]
 ) -> Corpus:
-    """The corpus of the most recently used ``replies`` whose tokens together fit ``cap_tokens``
-    (the least recently used dropped first), kept in their order."""
+    """The corpus of the most recently used ``replies`` (with their ``prompts`` marks) whose
+    tokens together fit ``cap_tokens`` (the least recently used dropped first), in their order."""
     order = np.argsort(-np.asarray(used, dtype=np.float64), kind="stable")  # most recent first
     fits = np.cumsum([len(replies[i]) for i in order]) <= cap_tokens
     keep = np.sort(order[: int(np.argmin(fits)) if not fits.all() else len(order)])
-    answered = np.zeros(len(replies), dtype=np.uint64) if prompts is None else np.asarray(prompts, dtype=np.uint64)
-    return build([replies[i] for i in keep], [used[i] for i in keep], answered[keep])
+    return build([replies[i] for i in keep], [used[i] for i in keep], np.asarray(prompts, dtype=np.uint64)[keep])
 
 
 def prompt_hash(prompt: Sequence[int]) -> int:
