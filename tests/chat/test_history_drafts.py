@@ -6,6 +6,7 @@ import pytest
 from localspec.chat.history import HistoryStore
 from localspec.chat.replies import LEAD_IN
 from localspec.chat.session import LoadOptions, PairSpec, Session
+from localspec.core.costs import CostModel
 from localspec.core.sampling import SamplingParams
 from localspec.core.stats import RunStats
 
@@ -53,11 +54,17 @@ class TestHistoryDrafts:
         assert stats.accepted_by_source.get("history", 0) >= len(ref) // 2
         assert stats.tokens_per_pass > 2
 
-    def test_an_answer_given_twice_is_copied_whole_from_the_first_step_in_a_new_session(self, tiny_pair, tmp_path):
+    def test_an_answer_given_twice_is_copied_whole_from_the_first_step_in_a_new_session(
+        self, tiny_pair, tmp_path, monkeypatch
+    ):
         store = HistoryStore(tmp_path / "history")
         firsts, replies = [], []
         for _ in range(3):  # each a new process: a fresh gate, at Laplace's trust
             s = load(tiny_pair, store)
+            # costs written out, not timed (a busy machine's flat curve would let Laplace's
+            # trust propose more): a verify row costs 0.3 of T(1), so at trust 1/2 one token pays
+            s.costs = CostModel({n: 0.7 + 0.3 * n for n in (1, 2, 4, 8, 16, 33)})
+            monkeypatch.setattr(s, "_recheck", lambda: None)
             try:
                 steps = list(s.chat(ASK, GREEDY, 40, mode="lookup"))
             finally:
