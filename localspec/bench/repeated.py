@@ -29,7 +29,7 @@ from ..core.stats import RunStats
 
 HISTORY = "+history"
 KINDS = ("regenerate", "chat", "requests")
-# the built-in suites: "repeated-heldout" holds regenerates nothing was tuned on, to check a claim
+# the built-in suites: "repeated-heldout" holds scenarios of every kind nothing was tuned on, to check a claim
 BUILTIN = ("repeated", "repeated-heldout")
 
 

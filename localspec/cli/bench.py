@@ -116,7 +116,7 @@ def register(sub) -> None:
         const="repeated",
         default=None,
         metavar="SUITE",
-        help="play a repeated-work suite ('repeated', 'repeated-heldout': regenerates nothing is tuned on, or a "
+        help="play a repeated-work suite ('repeated', 'repeated-heldout': the same kinds, nothing tuned on, or a "
         "JSON file of scenarios) in order: a regenerate, a function refined over turns, a loop of JSON "
         "extractions, a file edited again; each mode with a "
         "history of its own that starts empty. Modes: none, the pair's own and it with '+history' "
