@@ -55,6 +55,13 @@ def load(name_or_path: str = "repeated") -> dict:
     return suite
 
 
+def with_max_tokens(suite: dict, max_tokens: int | None) -> dict:
+    """The suite with ``max_tokens`` as the reply length of each scenario that sets none (else 200)."""
+    if not max_tokens:
+        return suite
+    return {**suite, "scenarios": [{"max_tokens": max_tokens, **s} for s in suite["scenarios"]]}
+
+
 def requests(scenario: dict) -> int:
     """How many replies the scenario asks for."""
     kind = scenario["kind"]

@@ -42,7 +42,11 @@ def register(sub) -> None:
         "--repeats", type=int, default=None, help="interleaved repeats per prompt and mode (default 1; 5 with --cold)"
     )
     flags.add_flag(
-        p, ReplyOptions, "max_tokens", default=None, help="override the suite's reply length (--record, --replay: 96)"
+        p,
+        ReplyOptions,
+        "max_tokens",
+        default=None,
+        help="override the suite's reply length (--record, --replay: 96; --repeated: scenarios that set none, 200)",
     )
     p.add_argument(
         "--prompts",
@@ -136,7 +140,9 @@ def cmd_repeated(args) -> int:
     from ..bench import repeated, suites
 
     try:
-        suite = suites.only(repeated.load(args.repeated), args.prompts, "scenarios")
+        suite = repeated.with_max_tokens(
+            suites.only(repeated.load(args.repeated), args.prompts, "scenarios"), args.max_tokens
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -90,3 +90,9 @@ class TestLoad:
         path = tmp_path / "s.json"
         path.write_text(json.dumps(SUITE))
         assert [s["id"] for s in repeated.load(str(path))["scenarios"]] == ["again", "turns", "loop"]
+
+    def test_max_tokens_sets_the_length_of_scenarios_that_set_none(self):
+        suite = {"scenarios": [{"id": "a", "kind": "regenerate", "prompt": "p"}, {"id": "b", "max_tokens": 64}]}
+        lengths = [s["max_tokens"] for s in repeated.with_max_tokens(suite, 128)["scenarios"]]
+        assert lengths == [128, 64] and "max_tokens" not in suite["scenarios"][0]  # the suite itself is kept
+        assert repeated.with_max_tokens(suite, None) is suite
