@@ -22,9 +22,9 @@ import statistics
 
 import numpy as np
 
+from localspec.bench.modes import OracleDrafter
 from localspec.core.controller import AdaptiveController, FixedController
 from localspec.core.costs import CostModel
-from localspec.core.drafters import OracleDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.protocol import CachedModel
 from localspec.core.sampling import SamplingParams

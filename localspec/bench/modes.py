@@ -9,9 +9,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core.controller import FixedController
 from ..core.costs import CostModel
-from ..core.drafters import ModelDrafter, OracleDrafter
+from ..core.drafters import Draft, DrafterBase, ModelDrafter
 from ..core.modes import Drafting, ModeContext, ModeFactory, ReplySpec, controller_for
 
 
@@ -29,6 +31,48 @@ def parse_oracle(mode: str) -> tuple[float, int | None] | None:
         return None
     pct, _, k = base.removeprefix("oracle-").partition("/")
     return int(pct) / 100, (int(k) if k else None)
+
+
+class OracleDrafter(DrafterBase):
+    """Benchmarking only: replays a known continuation of this prompt (the target-only output)
+    with a fraction ``corrupt`` of its tokens replaced by wrong ones.
+
+    It costs nothing to run and its acceptance is set by the caller, so a bench can measure
+    what verification and the engine's own overhead allow on a machine (a GPU, say) apart from
+    how good a draft model is. Which tokens are corrupted depends only on their position, so
+    every draft length sees the same ones. Once the reply leaves the reference (a near-tie
+    broken differently by a batched kernel), the oracle knows nothing more and proposes none.
+    """
+
+    name = "oracle"
+
+    def __init__(
+        self, prompt_len: int, reference: Sequence[int], n_vocab: int, corrupt: float = 0.0, seed: int = 0
+    ) -> None:
+        if not 0.0 <= corrupt <= 1.0:
+            raise ValueError(f"corrupt must be in [0, 1], got {corrupt}")
+        self.prompt_len = prompt_len
+        rng = np.random.default_rng(seed)
+        ref = np.asarray(reference, dtype=np.int64)
+        wrong = rng.random(len(ref)) < corrupt
+        shift = rng.integers(1, max(n_vocab, 2), size=len(ref))  # never the right token
+        self.reference = [int(t) for t in ref]
+        self.proposals = [int(t) for t in np.where(wrong, (ref + shift) % n_vocab, ref)]
+        self.left_reference_at: int | None = None
+        self._checked = 0  # reply tokens already compared with the reference
+
+    def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
+        pos = len(context) - self.prompt_len  # reply tokens so far
+        if not self._on_reference(context, pos) or k <= 0 or pos >= len(self.proposals):
+            return Draft()
+        return Draft(tuple(self.proposals[pos : pos + k]))
+
+    def _on_reference(self, context, pos: int) -> bool:
+        for i in range(self._checked, min(pos, len(self.reference))):
+            if self.left_reference_at is None and context[self.prompt_len + i] != self.reference[i]:
+                self.left_reference_at = i
+        self._checked = max(self._checked, pos)
+        return self.left_reference_at is None
 
 
 class Oracle:

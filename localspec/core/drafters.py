@@ -1,7 +1,7 @@
 """Drafters: where the k candidate tokens of a step come from, one class per way of drafting
 (transformers' candidate generators, llama.cpp's ``common_speculative`` types): a draft model
 (:class:`ModelDrafter`), suffix matches over the context and past replies
-(``suffix.SuffixDrafter``), the bench's oracle.
+(``suffix.SuffixDrafter``); the bench adds its oracle (``bench.modes.OracleDrafter``).
 
 ``draft(context, k, params, rng) -> Draft``: ``context`` is every token so far, the last not yet
 seen by the target. A drafter may return fewer than ``k`` tokens (none: a plain target step) and
@@ -230,45 +230,3 @@ def choose_token(logits: np.ndarray, history, params: SamplingParams, rng) -> tu
         return top, None, float(1.0 / np.exp(z - z[top]).sum())
     q = process(logits, history, params)
     return sample(q, rng), q, float(q.max())
-
-
-class OracleDrafter(DrafterBase):
-    """Benchmarking only: replays a known continuation of this prompt (the target-only output)
-    with a fraction ``corrupt`` of its tokens replaced by wrong ones.
-
-    It costs nothing to run and its acceptance is set by the caller, so a bench can measure
-    what verification and the engine's own overhead allow on a machine (a GPU, say) apart from
-    how good a draft model is. Which tokens are corrupted depends only on their position, so
-    every draft length sees the same ones. Once the reply leaves the reference (a near-tie
-    broken differently by a batched kernel), the oracle knows nothing more and proposes none.
-    """
-
-    name = "oracle"
-
-    def __init__(
-        self, prompt_len: int, reference: Sequence[int], n_vocab: int, corrupt: float = 0.0, seed: int = 0
-    ) -> None:
-        if not 0.0 <= corrupt <= 1.0:
-            raise ValueError(f"corrupt must be in [0, 1], got {corrupt}")
-        self.prompt_len = prompt_len
-        rng = np.random.default_rng(seed)
-        ref = np.asarray(reference, dtype=np.int64)
-        wrong = rng.random(len(ref)) < corrupt
-        shift = rng.integers(1, max(n_vocab, 2), size=len(ref))  # never the right token
-        self.reference = [int(t) for t in ref]
-        self.proposals = [int(t) for t in np.where(wrong, (ref + shift) % n_vocab, ref)]
-        self.left_reference_at: int | None = None
-        self._checked = 0  # reply tokens already compared with the reference
-
-    def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
-        pos = len(context) - self.prompt_len  # reply tokens so far
-        if not self._on_reference(context, pos) or k <= 0 or pos >= len(self.proposals):
-            return Draft()
-        return Draft(tuple(self.proposals[pos : pos + k]))
-
-    def _on_reference(self, context, pos: int) -> bool:
-        for i in range(self._checked, min(pos, len(self.reference))):
-            if self.left_reference_at is None and context[self.prompt_len + i] != self.reference[i]:
-                self.left_reference_at = i
-        self._checked = max(self._checked, pos)
-        return self.left_reference_at is None

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from localspec.bench.modes import OracleDrafter
 from localspec.core import costs as costs_module
 from localspec.core.controller import AdaptiveController, FixedController, pick_copy
 from localspec.core.costs import CostModel, speeds
@@ -16,7 +17,6 @@ from localspec.core.drafters import (
     Drafter,
     ModelDrafter,
     NoDrafter,
-    OracleDrafter,
 )
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.options import MAX_DRAFT
