@@ -96,3 +96,27 @@ class TestLoad:
         lengths = [s["max_tokens"] for s in repeated.with_max_tokens(suite, 128)["scenarios"]]
         assert lengths == [128, 64] and "max_tokens" not in suite["scenarios"][0]  # the suite itself is kept
         assert repeated.with_max_tokens(suite, None) is suite
+
+    def test_max_tokens_reaches_the_scenarios_through_the_command_line(self, tmp_path, monkeypatch):
+        from localspec.cli import bench as cli_bench
+
+        class Loaded:
+            modes = ("none", "lookup")
+
+            def close(self):
+                pass
+
+        seen = {}
+
+        def play(session, suite, modes, *args, **kwargs):
+            seen["lengths"] = [s.get("max_tokens") for s in suite["scenarios"]]
+            raise SystemExit(0)  # what is played is the test above's business
+
+        monkeypatch.setattr(cli_bench, "load_session", lambda args, history=True: Loaded())
+        monkeypatch.setattr(cli_bench, "wants_mtp", lambda args: False)
+        monkeypatch.setattr(repeated, "run_repeated", play)
+        path = tmp_path / "s.json"
+        path.write_text(json.dumps(SUITE))
+        with pytest.raises(SystemExit):
+            main(["bench", "--target", "t.gguf", "--repeated", str(path), "--max-tokens", "40"])
+        assert seen["lengths"] == [24, 12, 40]
