@@ -255,9 +255,7 @@ def read_segment(path: Path, key: str) -> Corpus:
     with z:
         version = _check_header(z, key)
         arrays = {}
-        for name, dtype in ARRAYS.items():
-            if version < SINCE.get(name, 1):
-                continue
+        for name, dtype in arrays_of(version).items():
             a = z[name]
             if a.dtype != dtype or a.ndim != 1:
                 raise NotAHistory(f"{name} is {a.dtype} of shape {a.shape}, not a row of {np.dtype(dtype)}")
@@ -268,6 +266,11 @@ def read_segment(path: Path, key: str) -> Corpus:
     if not np.array_equal(corpus.starts, np.flatnonzero(corpus.tokens == suffix.SEP)[:-1] + 1):
         raise NotAHistory("its replies do not start where its separators say")
     return corpus
+
+
+def arrays_of(version: int) -> dict[str, type]:
+    """The arrays (``ARRAYS``) a file of format ``version`` holds."""
+    return {name: dtype for name, dtype in ARRAYS.items() if version >= SINCE.get(name, 1)}
 
 
 def _check_header(z: np.lib.npyio.NpzFile, key: str) -> int:
@@ -281,7 +284,7 @@ def _check_header(z: np.lib.npyio.NpzFile, key: str) -> int:
         raise NotAHistory("no format version")
     if int(version) > FORMAT:
         raise NotAHistory(f"written by a newer localspec (history format {int(version)}; this one reads {FORMAT})")
-    if names != {*(a for a in ARRAYS if int(version) >= SINCE.get(a, 1)), "version", "key"}:
+    if names != {*arrays_of(int(version)), "version", "key"}:
         raise NotAHistory(foreign)
     stored = z["key"]
     if stored.shape != () or stored.dtype.kind != "U" or str(stored) != key:
