@@ -54,7 +54,7 @@ from ..core.policy import Policy
 from ..core.protocol import CachedModel, common_prefix
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
-from ..core.suffix import Corpus, with_reply
+from ..core.suffix import Corpus, prompt_hash, with_reply
 from . import measure, modes
 
 if TYPE_CHECKING:
@@ -351,7 +351,8 @@ def run_policy(
             counted[0] += step.n_accepted
             counted[1] += step.n_accepted < len(step.drafted)
         if kept is not None:
-            history[0] = with_reply(history[0], [*p["prompt"][-LEAD_IN:], *reply], float(i), DEFAULT_CAP_TOKENS)
+            answer = [*p["prompt"][-LEAD_IN:], *reply]
+            history[0] = with_reply(history[0], answer, float(i), DEFAULT_CAP_TOKENS, prompt_hash(p["prompt"]))
         outcome = Outcome(stats.tokens_per_second, stats.mean_draft_length, stats.acceptance_rate or 0.0)
         out.results.setdefault(name, {})[policy] = outcome
 

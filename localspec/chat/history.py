@@ -10,8 +10,9 @@ kept twice: its last use is refreshed, so the replies dropped first are those le
 written.
 
 A segment is an ``.npz`` of the corpus's arrays, the format (``FORMAT``) and the key, written
-atomically (``lockedfile``); a file of format 1 (no ``prompts``: the prompts whose greedy
-answer was given twice) is read with none known. ``add`` and ``clear`` hold
+atomically (``lockedfile``); a file of an older format is read with what it lacks unknown
+(format 1 has no ``prompts``, the prompts whose greedy answer was given twice; formats 1 and 2
+no ``asked``, the prompt each reply answered). ``add`` and ``clear`` hold
 ``KEY/history.lock`` from their read to their write and read the files as they are under it (a
 file another process replaced is parsed again, one this store read or wrote last is not), so
 the app and ``localspec serve`` adding at once lose no reply; reads take no lock. A file that
@@ -40,7 +41,7 @@ from ..core.suffix import Corpus
 from ..lockedfile import file_version, locked, write_atomic
 from ..settings import backup_name, data_dir
 
-FORMAT = 2  # the files' layout; a file of a later one is set aside, not guessed at
+FORMAT = 3  # the files' layout; a file of a later one is set aside, not guessed at
 # 8 bytes a token (4 for the token, 4 for its suffix array entry): about 16 MB in memory and as
 # much on disk, a quarter of the 64 MB a history may take
 DEFAULT_CAP_TOKENS = 2_000_000
@@ -50,8 +51,15 @@ DEFAULT_CAP_TOKENS = 2_000_000
 # rebuilt whole at every reply.
 MERGE_FRACTION, MERGE_MIN_TOKENS = 4, 65_536
 SEGMENTS = ("base", "recent")  # written in this order: a crash between the two repeats a reply, never loses one
-ARRAYS = {"tokens": np.uint32, "starts": np.int64, "used": np.float64, "rsa": np.int32, "prompts": np.uint64}
-SINCE = {"prompts": 2}  # the format that added an array; an older file is read without it
+ARRAYS = {
+    "tokens": np.uint32,
+    "starts": np.int64,
+    "used": np.float64,
+    "rsa": np.int32,
+    "prompts": np.uint64,
+    "asked": np.uint64,
+}
+SINCE = {"prompts": 2, "asked": 3}  # the format that added an array; an older file is read without it
 LOCK = "history"  # KEY/history.lock
 KEY_PATTERN = re.compile(r"[0-9a-f]{1,64}")
 # what reading a damaged or foreign file raises (a missing or unreadable one raises OSError)
@@ -176,13 +184,14 @@ class HistoryStore:
 
     # --- writing --------------------------------------------------------------------------------
     def add(
-        self, key: str, reply_tokens: Sequence[int], now: float | None = None, prompt: int = 0
+        self, key: str, reply_tokens: Sequence[int], now: float | None = None, prompt: int = 0, asked: int = 0
     ) -> tuple[tuple[Corpus, ...], list[str]]:
-        """Keep a reply (its token ids), used ``now`` (default: the time), a greedy answer to
-        ``prompt`` (``suffix.prompt_hash``; 0: none), which marks the same reply kept before as
-        reproduced; answers as ``load``, with the history as written. An empty reply, or one
-        longer than the cap, is not kept. A failed write is a warning, not an error: drafting
-        goes on from what was kept."""
+        """Keep a reply (its token ids), used ``now`` (default: the time), the answer to the
+        prompt ``asked`` (``suffix.prompt_hash``; 0: not known) and, where it is greedy, to
+        ``prompt`` (0: not greedy), which marks the same reply kept before as reproduced;
+        answers as ``load``, with the history as written. An empty reply, or one longer than the
+        cap, is not kept. A failed write is a warning, not an error: drafting goes on from what
+        was kept."""
         reply = as_reply(reply_tokens)
         if not 0 < len(reply) <= self.cap_tokens:
             return self.load(key)
@@ -191,7 +200,7 @@ class HistoryStore:
         try:
             with locked(folder / LOCK):
                 segments, warnings = self._read_all_locked(folder, key)
-                changed = self._with_reply(segments["base"], segments["recent"], reply, now, prompt)
+                changed = self._with_reply(segments["base"], segments["recent"], reply, now, (prompt, asked))
                 for name, corpus in changed.items():
                     self._write(folder / f"{name}.npz", key, corpus)
         except OSError as e:
@@ -208,16 +217,18 @@ class HistoryStore:
         return segments, warnings
 
     def _with_reply(
-        self, base: Corpus, recent: Corpus, reply: np.ndarray, now: float, prompt: int
+        self, base: Corpus, recent: Corpus, reply: np.ndarray, now: float, prompts: tuple[int, int]
     ) -> dict[str, Corpus]:
-        """The segments that change when ``reply`` is added, in the order they are written."""
+        """The segments that change when ``reply`` is added (``prompts``: its greedy answer's
+        prompt and the prompt asked, as ``add``), in the order they are written."""
+        greedy, asked = prompts
         for name, corpus in (("base", base), ("recent", recent)):
             i = find(corpus, reply)
             if i is not None:
-                used, prompts = corpus.used.copy(), corpus.prompts.copy()
-                used[i], prompts[i] = now, prompt or prompts[i]
-                return {name: dataclasses.replace(corpus, used=used, prompts=prompts)}
-        recent = suffix.with_reply(recent, reply.tolist(), now, self.cap_tokens)
+                used, marks, questions = corpus.used.copy(), corpus.prompts.copy(), corpus.asked.copy()
+                used[i], marks[i], questions[i] = now, greedy or marks[i], asked or questions[i]
+                return {name: dataclasses.replace(corpus, used=used, prompts=marks, asked=questions)}
+        recent = suffix.with_reply(recent, reply.tolist(), now, self.cap_tokens, asked)
         total = base.n_tokens + recent.n_tokens
         if recent.n_tokens > max(base.n_tokens // MERGE_FRACTION, MERGE_MIN_TOKENS) or total > self.cap_tokens:
             return {"base": merged(base, recent, self.cap_tokens), "recent": Corpus()}
@@ -260,7 +271,8 @@ def read_segment(path: Path, key: str) -> Corpus:
             if a.dtype != dtype or a.ndim != 1:
                 raise NotAHistory(f"{name} is {a.dtype} of shape {a.shape}, not a row of {np.dtype(dtype)}")
             arrays[name] = a
-    arrays.setdefault("prompts", np.zeros(len(arrays["starts"]), dtype=np.uint64))
+    for name in ("prompts", "asked"):  # an older format's file: nothing known
+        arrays.setdefault(name, np.zeros(len(arrays["starts"]), dtype=np.uint64))
     corpus = Corpus(**arrays)
     corpus.check()
     if not np.array_equal(corpus.starts, np.flatnonzero(corpus.tokens == suffix.SEP)[:-1] + 1):
@@ -351,14 +363,14 @@ def find(corpus: Corpus, reply: np.ndarray) -> int | None:
 def merged(base: Corpus, recent: Corpus, cap_tokens: int) -> Corpus:
     """One corpus of both segments' replies, oldest first, each once (at its latest use), the
     least recently used dropped until the tokens fit ``cap_tokens`` (``suffix.most_recent``)."""
-    latest: dict[bytes, tuple[np.ndarray, float, int]] = {}
+    latest: dict[bytes, tuple[np.ndarray, float, int, int]] = {}
     for corpus in (base, recent):
-        for reply, used, prompt in zip(corpus.replies(), corpus.used, corpus.prompts):
+        for reply, used, prompt, asked in zip(corpus.replies(), corpus.used, corpus.prompts, corpus.asked):
             seen = latest.get(reply.tobytes())
             if seen is None or used > seen[1]:
-                latest[reply.tobytes()] = (reply, float(used), int(prompt))
-    replies, used, prompts = zip(*latest.values()) if latest else ((), (), ())
-    return suffix.most_recent(list(replies), list(used), cap_tokens, list(prompts))
+                latest[reply.tobytes()] = (reply, float(used), int(prompt), int(asked))
+    replies, used, prompts, asked = zip(*latest.values()) if latest else ((), (), (), ())
+    return suffix.most_recent(list(replies), list(used), cap_tokens, list(prompts), list(asked))
 
 
 def _kept(segments: Sequence[Corpus]) -> tuple[Corpus, ...]:

@@ -39,7 +39,7 @@ class Draft:
     n_read: int = 0  # tokens the first pass read at once (catching up on the context)
     read_seconds: float = 0.0  # ... and its time, when that was costs.READ_MIN tokens or more
     alpha: float | None = None  # a copy: its source's per-token acceptance estimate for it
-    match: tuple[str, int] | None = None  # a copy: what its gate judges it by (source, match length bucket)
+    match: tuple[str, int | str] | None = None  # a copy: what its gate judges it by (source, length bucket or kind)
     continuation: tuple[int, ...] = ()  # a copy: all that followed the match, proposed or not
     source: str = ""  # where the tokens come from: "context", "history" (a copy), else the drafter's name
     extension: Draft | None = None  # a copy: the draft model's tokens after it (the end of ``ids``)

@@ -41,13 +41,16 @@ class Corpus:
     """Past replies as one token array: ``SEP r_1 SEP r_2 ... r_n SEP`` (uint32), where reply i
     starts at ``starts[i]``, and ``rsa``, the suffix array of the reversed tokens (int32).
     ``prompts[i]``: the ``prompt_hash`` of the prompt whose greedy answer reply i is, once that
-    answer was given twice (this machine's target reproduced it); 0: not (yet) reproduced."""
+    answer was given twice (this machine's target reproduced it); 0: not (yet) reproduced.
+    ``asked[i]``: the ``prompt_hash`` of the prompt reply i answered (0: not known, a file of an
+    older format), so a prompt that only ends like that one is told from the same prompt."""
 
     tokens: np.ndarray = field(default_factory=lambda: np.array([SEP], dtype=np.uint32))
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     used: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))  # last use, for LRU
     rsa: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int32))
     prompts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    asked: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
 
     @functools.cached_property
     def reversed(self) -> np.ndarray:
@@ -76,7 +79,7 @@ class Corpus:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.tokens, self.starts, self.used, self.rsa, self.prompts))
+        return sum(a.nbytes for a in (self.tokens, self.starts, self.used, self.rsa, self.prompts, self.asked))
 
     def replies(self) -> list[np.ndarray]:
         ends = np.append(self.starts[1:] - 1, len(self.tokens) - 1)
@@ -88,10 +91,10 @@ class Corpus:
         ok = (
             t.dtype == np.uint32
             and self.rsa.dtype == np.int32
-            and self.prompts.dtype == np.uint64
+            and self.prompts.dtype == self.asked.dtype == np.uint64
             and n >= 1
             and len(self.rsa) == n
-            and len(self.used) == len(self.starts) == len(self.prompts)
+            and len(self.used) == len(self.starts) == len(self.prompts) == len(self.asked)
             and t[0] == SEP
             and t[-1] == SEP
             and int((t == SEP).sum()) == len(self.starts) + 1
@@ -106,9 +109,10 @@ def build(
     replies: Sequence[Sequence[int] | np.ndarray],
     used: Sequence[float] | np.ndarray | None = None,
     prompts: Sequence[int] | np.ndarray | None = None,
+    asked: Sequence[int] | np.ndarray | None = None,
 ) -> Corpus:
-    """The corpus of ``replies`` (oldest first, each last ``used`` then, answering ``prompts``)
-    and its suffix array."""
+    """The corpus of ``replies`` (oldest first, each last ``used`` then, reproduced answers to
+    ``prompts``, answers to ``asked``) and its suffix array."""
     parts, starts, at = [np.array([SEP], dtype=np.uint32)], [], 1
     for r in replies:
         starts.append(at)
@@ -116,25 +120,30 @@ def build(
         at += len(r) + 1
     tokens = np.concatenate(parts)
     used_arr = np.asarray(used if used is not None else np.zeros(len(starts)), dtype=np.float64)
-    prompts_arr = np.asarray(prompts if prompts is not None else np.zeros(len(starts)), dtype=np.uint64)
-    return Corpus(tokens, np.asarray(starts, dtype=np.int64), used_arr, suffix_array(tokens[::-1]), prompts_arr)
+    prompts_arr, asked_arr = (
+        np.asarray(a if a is not None else np.zeros(len(starts)), np.uint64) for a in (prompts, asked)
+    )
+    return Corpus(tokens, np.asarray(starts, np.int64), used_arr, suffix_array(tokens[::-1]), prompts_arr, asked_arr)
 
 
-def with_reply(corpus: Corpus, reply: Sequence[int], now: float, cap_tokens: int) -> Corpus:
-    """``corpus`` with ``reply`` added (used ``now``), within ``cap_tokens`` (``most_recent``)."""
+def with_reply(corpus: Corpus, reply: Sequence[int], now: float, cap_tokens: int, asked: int = 0) -> Corpus:
+    """``corpus`` with ``reply`` added (used ``now``, answering the prompt ``asked``), within
+    ``cap_tokens`` (``most_recent``)."""
     replies = [*corpus.replies(), np.asarray(reply, dtype=np.uint32)]
-    return most_recent(replies, [*corpus.used, now], cap_tokens, [*corpus.prompts, 0])
+    return most_recent(replies, [*corpus.used, now], cap_tokens, [*corpus.prompts, 0], [*corpus.asked, asked])
 
 
 def most_recent(
-    replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int, prompts: Sequence[int]
+    replies: Sequence[np.ndarray], used: Sequence[float], cap_tokens: int, prompts: Sequence[int], asked: Sequence[int]
 ) -> Corpus:
-    """The corpus of the most recently used ``replies`` (with their ``prompts`` marks) whose
-    tokens together fit ``cap_tokens`` (the least recently used dropped first), in their order."""
+    """The corpus of the most recently used ``replies`` (with their ``prompts`` marks and
+    ``asked`` prompts) whose tokens together fit ``cap_tokens`` (the least recently used dropped
+    first), in their order."""
     order = np.argsort(-np.asarray(used, dtype=np.float64), kind="stable")  # most recent first
     fits = np.cumsum([len(replies[i]) for i in order]) <= cap_tokens
     keep = np.sort(order[: int(np.argmin(fits)) if not fits.all() else len(order)])
-    return build([replies[i] for i in keep], [used[i] for i in keep], np.asarray(prompts, dtype=np.uint64)[keep])
+    marks, questions = (np.asarray(a, dtype=np.uint64)[keep] for a in (prompts, asked))
+    return build([replies[i] for i in keep], [used[i] for i in keep], marks, questions)
 
 
 def prompt_hash(prompt: Sequence[int]) -> int:
@@ -269,7 +278,8 @@ class SuffixDrafter(DrafterBase):
 
     A :class:`LookupGate` (with measured costs) decides how much of a walk to propose, from what
     drafts of its source and match length (``bucket``) have earned: a 1-token match in prose is
-    mostly a coincidence, a 16-token one rarely is."""
+    mostly a coincidence, a 16-token one rarely is; the answers to another prompt that only ends
+    like this reply's are a kind of their own."""
 
     name = "suffix"
 
@@ -284,6 +294,7 @@ class SuffixDrafter(DrafterBase):
         self.gate, self.policy = gate, policy
         self.prompt_len = prompt_len  # the reply's prompt: the context's first tokens (0: the first draft's context)
         self._tokens = _GrowingArray()  # the context as an array, extended step by step
+        self._prompt = 0  # the reply's prompt (``prompt_hash``), read at its first draft
         self._again: bool | None = None  # a greedy reply to a prompt answered before (see draft)
         self._sure: Draft | None = None  # the last draft proposed as the earlier answer
 
@@ -294,15 +305,17 @@ class SuffixDrafter(DrafterBase):
         The whole walk rides along to be scored against what the step keeps (``observe``)."""
         if k <= 0 or len(context) < 2:
             return Draft()
-        if self._again is None and self.gate is not None:  # a drafter drafts one reply: its prompt
-            prompt = prompt_hash(context[: self.prompt_len or len(context)])
-            reproduced = any(prompt in corpus.reproduced for corpus in self.history())
-            self._again = params.greedy and (prompt in self.gate.prompts or reproduced)
-            self.gate.prompts.add(prompt)
-        found = self._match(self._tokens.of(context))
+        if not self._prompt:  # a drafter drafts one reply: its prompt
+            self.prompt_len = self.prompt_len or len(context)
+            self._prompt = prompt_hash(context[: self.prompt_len])
+        if self._again is None and self.gate is not None:
+            reproduced = any(self._prompt in corpus.reproduced for corpus in self.history())
+            self._again = params.greedy and (self._prompt in self.gate.prompts or reproduced)
+            self.gate.prompts.add(self._prompt)
+        found = self._match(self._tokens.of(context), len(context) - self.prompt_len)
         if found is None:
             return Draft()
-        source, m, tokens, stop = found
+        source, m, tokens, stop, other = found
         # A context walk may run past its match, as far as a verify takes: the context is the
         # text the reply works on (an edit copies the rest of a line after a few tokens). A
         # history match is another conversation's text, evidence for as many tokens as it is
@@ -313,7 +326,7 @@ class SuffixDrafter(DrafterBase):
         ids, probs = walk(continuations(tokens, m.ends, depth, stop), depth, self.policy.min_path_prob)
         if not ids:
             return Draft()
-        key = (source, bucket(m.length))
+        key = (source, "another prompt" if other else bucket(m.length))
         if self.gate is None:
             return Draft(ids, confidence=(), match=key, continuation=ids, source=source)
         # a greedy answer to a prompt answered in this process, or whose answer this machine gave
@@ -329,15 +342,33 @@ class SuffixDrafter(DrafterBase):
         self._sure = draft if sure else None
         return draft
 
-    def _match(self, ctx: np.ndarray) -> tuple[str, Match, np.ndarray, int] | None:
+    def _match(self, ctx: np.ndarray, n_reply: int) -> tuple[str, Match, np.ndarray, int, bool] | None:
+        """The longest match: its source, the match, the tokens it is in and where they stop,
+        and whether it is of answers to another prompt (``_answers``; ``n_reply``: the reply's
+        tokens so far)."""
         depth, n_ends = self.policy.suffix_depth, self.policy.suffix_ends
-        best = ("context", match_context(ctx, depth, n_ends), ctx, len(ctx))
+        best = ("context", match_context(ctx, depth, n_ends), ctx, len(ctx), False)
         tail = ctx[-depth:]
         for corpus in self.history():
-            m = match_corpus(corpus, tail, depth, n_ends)
+            m, other = self._answers(corpus, match_corpus(corpus, tail, depth, n_ends), n_reply)
             if m.length > best[1].length or (self._again and m.length >= depth):  # the earlier answer, at a tie
-                best = ("history", m, corpus.tokens, len(corpus.tokens))
+                best = ("history", m, corpus.tokens, len(corpus.tokens), other)
         return best if best[1].length else None
+
+    def _answers(self, corpus: Corpus, m: Match, n_reply: int) -> tuple[Match, bool]:
+        """A history match that reaches into this reply's prompt (longer than the ``n_reply``
+        tokens so far) is of what followed the end of that prompt: where some occurrences
+        answered this very prompt, those alone (a regenerate follows its earlier answers, not
+        those of prompts that end the same); where every one answered another prompt, a match
+        of its own kind (True), whose trust is earned apart: a prompt that ends like another
+        asks another question."""
+        if m.length <= n_reply or not len(m.ends):
+            return m, False
+        asked = corpus.asked[np.searchsorted(corpus.starts, m.ends, side="right") - 1]
+        same = asked == self._prompt
+        if same.any():
+            return Match(m.length, m.ends[same]), False
+        return m, bool((asked != 0).all())
 
     def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None:
         """A walk's verdict: the verify's where its tokens were tested, else the tokens the step

@@ -96,7 +96,7 @@ class TestRoundTrip:
 
     def test_a_format_1_file_is_read_with_no_prompt_known_and_kept_on(self, tmp_path):
         path = tmp_path / KEY / "recent.npz"
-        valid_file(path, version=np.int64(1), prompts=None)  # as the first format wrote it
+        valid_file(path, version=np.int64(1), prompts=None, asked=None)  # as the first format wrote it
         store = HistoryStore(tmp_path)
         (corpus,), warnings = store.load(KEY)
         assert warnings == [] and kept(store) == [reply(3), reply(2, 10)] and corpus.reproduced == frozenset()
@@ -104,6 +104,28 @@ class TestRoundTrip:
         store.add(KEY, reply(4, 50), now=4.0)
         (corpus,) = HistoryStore(tmp_path).load(KEY)[0]
         assert kept(store) == [reply(3), reply(2, 10), reply(4, 50)] and corpus.prompts.tolist() == [0, 9, 0]
+
+    def test_each_reply_keeps_the_prompt_it_answered_greedy_or_not(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(5), now=1.0, asked=41)  # sampled: no mark, but its prompt is known
+        store.add(KEY, reply(3, 100), now=2.0, prompt=42, asked=42)
+        store.add(KEY, reply(5), now=3.0, asked=43)  # the same text for another prompt: the latest
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1, 10**6), now=4.0, asked=44)  # recent merges into base
+        (base,) = HistoryStore(tmp_path).load(KEY)[0]
+        assert base.asked.tolist() == [43, 42, 44] and base.prompts.tolist() == [0, 0, 0]
+
+    def test_a_format_2_file_is_read_with_no_prompt_asked_known(self, tmp_path):
+        path = tmp_path / KEY / "recent.npz"
+        valid_file(path, version=np.int64(2), asked=None)  # as the second format wrote it
+        store = HistoryStore(tmp_path)
+        (corpus,), warnings = store.load(KEY)
+        assert warnings == [] and corpus.asked.tolist() == [0, 0]
+        store.add(KEY, reply(4, 50), now=4.0, asked=7)  # written again in today's format, nothing lost
+        assert kept(store) == [reply(3), reply(2, 10), reply(4, 50)] and store.load(KEY)[0][0].asked.tolist() == [
+            0,
+            0,
+            7,
+        ]
 
     def test_histories_of_two_tokenizers_stay_apart(self, tmp_path):
         store = HistoryStore(tmp_path)

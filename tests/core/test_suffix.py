@@ -102,6 +102,7 @@ class TestCorpus:
             lambda c: Corpus(c.tokens, c.starts, c.used, c.rsa + 100),  # suffixes past the end
             lambda c: Corpus(c.tokens.astype(np.int64), c.starts, c.used, c.rsa),  # foreign dtype
             lambda c: Corpus(c.tokens, c.starts, c.used, c.rsa, c.prompts[:1]),  # a prompt missing
+            lambda c: Corpus(c.tokens, c.starts, c.used, c.rsa, c.prompts, c.asked[:1]),  # a prompt asked missing
         ],
     )
     def test_check_refuses_a_damaged_corpus(self, damage):
@@ -144,6 +145,47 @@ class TestSuffixDrafter:
 
     def test_buckets_group_match_lengths(self):
         assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 24)] == [1, 2, 3, 4, 4, 4, 4]
+
+
+class TestAnotherPrompt:
+    """A history match that reaches into the reply's prompt (its first steps) is of what followed
+    the end of that prompt. Where the replies there answered this very prompt (``Corpus.asked``),
+    the walk follows them alone; where every one answered another prompt that only ends the same,
+    the match is a kind of its own, whose trust the gate keeps apart."""
+
+    COSTS = CostModel({n: 0.7 + 0.3 * n for n in (1, 2, 4, 8, 16, 33)})  # a row costs 0.3 of T(1)
+    END, REPLY, OTHER = list(range(1000, 1030)), list(range(100, 160)), list(range(300, 360))
+
+    def drafter(self, prompt, *answers, gate=None, known=True):
+        """A drafter of a reply to ``prompt`` over a history of ``answers``, (prompt, reply), each
+        with its prompt's hash kept as asked (``known``; else none, as an older file's)."""
+        asked = [prompt_hash(p) if known else 0 for p, _ in answers]
+        history = build([[*p[-P.suffix_depth :], *r] for p, r in answers], asked=asked)
+        return SuffixDrafter(lambda: (history,), gate, prompt_len=len(prompt))
+
+    def trusting_gate(self) -> LookupGate:
+        gate = LookupGate(self.COSTS)
+        gate.counts[("history", 4)] = [200.0, 1.0]  # regenerates earned the long matches' trust
+        return gate
+
+    def test_the_answer_to_a_prompt_that_only_ends_the_same_earns_trust_apart(self):
+        asked, mine = [1, *self.END], [2, *self.END]  # two questions about one text, which both end
+        draft = self.drafter(mine, (asked, self.OTHER), gate=self.trusting_gate()).draft(mine, 64, GREEDY, None)
+        assert draft.match == ("history", "another prompt") and draft.source == "history"
+        assert draft.alpha == 0.5 and len(draft.ids) == 1  # Laplace's trust, not the regenerates'
+        unknown = self.drafter(mine, (asked, self.OTHER), gate=self.trusting_gate(), known=False).draft(
+            mine, 64, GREEDY, None
+        )
+        assert unknown.match == ("history", 4) and len(unknown.ids) > 1  # an older file's reply: as before
+        later = [*mine, *self.OTHER[: P.suffix_depth]]  # the match lies in this reply now
+        draft = self.drafter(mine, (asked, self.OTHER), gate=self.trusting_gate()).draft(later, 64, GREEDY, None)
+        assert draft.match == ("history", 4) and len(draft.ids) > 1
+
+    def test_a_regenerate_follows_its_own_answer_not_those_of_prompts_that_end_the_same(self):
+        mine = [2, *self.END]
+        answers = [(mine, self.REPLY), ([1, *self.END], self.OTHER), ([3, *self.END], self.OTHER)]
+        draft = self.drafter(mine, *answers).draft(mine, 64, GREEDY, None)  # no gate: the whole walk
+        assert draft.match == ("history", 4) and draft.ids == tuple(self.REPLY[:MAX_DRAFT])
 
 
 class TestAnsweredBefore:
