@@ -58,7 +58,9 @@ class PastReplies:
             return
         tokens = [int(t) for t in prompt[-LEAD_IN:]] + [int(t) for t in reply]
         asked = prompt_hash(prompt)
-        self._corpora, warnings = self._ready(*self.store.add(self.key, tokens, time.time(), asked if greedy else 0, asked))
+        self._corpora, warnings = self._ready(
+            *self.store.add(self.key, tokens, time.time(), asked if greedy else 0, asked)
+        )
         self.warnings += warnings
 
     def _load(self) -> tuple[tuple[Corpus, ...], list[str]]:
