@@ -200,7 +200,7 @@ class HistoryStore:
         try:
             with locked(folder / LOCK):
                 segments, warnings = self._read_all_locked(folder, key)
-                changed = self._with_reply(segments["base"], segments["recent"], reply, now, (prompt, asked))
+                changed = self._with_reply(segments["base"], segments["recent"], reply, now, prompt, asked)
                 for name, corpus in changed.items():
                     self._write(folder / f"{name}.npz", key, corpus)
         except OSError as e:
@@ -217,16 +217,15 @@ class HistoryStore:
         return segments, warnings
 
     def _with_reply(
-        self, base: Corpus, recent: Corpus, reply: np.ndarray, now: float, prompts: tuple[int, int]
+        self, base: Corpus, recent: Corpus, reply: np.ndarray, now: float, prompt: int, asked: int
     ) -> dict[str, Corpus]:
-        """The segments that change when ``reply`` is added (``prompts``: its greedy answer's
-        prompt and the prompt asked, as ``add``), in the order they are written."""
-        greedy, asked = prompts
+        """The segments that change when ``reply`` is added (``prompt``, ``asked``: as ``add``),
+        in the order they are written."""
         for name, corpus in (("base", base), ("recent", recent)):
             i = find(corpus, reply)
             if i is not None:
                 used, marks, questions = corpus.used.copy(), corpus.prompts.copy(), corpus.asked.copy()
-                used[i], marks[i], questions[i] = now, greedy or marks[i], asked or questions[i]
+                used[i], marks[i], questions[i] = now, prompt or marks[i], asked or questions[i]
                 return {name: dataclasses.replace(corpus, used=used, prompts=marks, asked=questions)}
         recent = suffix.with_reply(recent, reply.tolist(), now, self.cap_tokens, asked)
         total = base.n_tokens + recent.n_tokens
@@ -271,8 +270,8 @@ def read_segment(path: Path, key: str) -> Corpus:
             if a.dtype != dtype or a.ndim != 1:
                 raise NotAHistory(f"{name} is {a.dtype} of shape {a.shape}, not a row of {np.dtype(dtype)}")
             arrays[name] = a
-    for name in ("prompts", "asked"):  # an older format's file: nothing known
-        arrays.setdefault(name, np.zeros(len(arrays["starts"]), dtype=np.uint64))
+    for name in SINCE:  # an array an older format's file lacks: nothing known
+        arrays.setdefault(name, np.zeros(len(arrays["starts"]), dtype=ARRAYS[name]))
     corpus = Corpus(**arrays)
     corpus.check()
     if not np.array_equal(corpus.starts, np.flatnonzero(corpus.tokens == suffix.SEP)[:-1] + 1):

@@ -50,10 +50,10 @@ class PastReplies:
         return self._corpora
 
     def keep(self, prompt: Sequence[int], reply: Sequence[int], greedy: bool = False) -> None:
-        """Add ``reply`` (after the end of its ``prompt``, whose hash it keeps; a ``greedy`` one given before is marked
-        reproduced, so a greedy reply to that prompt, in any process, copies it as sure); a store
-        that cannot be written leaves the history as it was, with a warning: a convenience must
-        not fail a chat."""
+        """Add ``reply`` (after the end of its ``prompt``, whose hash it keeps; a ``greedy`` one
+        given before is marked reproduced, so a greedy reply to that prompt, in any process,
+        copies it as sure); a store that cannot be written leaves the history as it was, with a
+        warning: a convenience must not fail a chat."""
         if not reply:
             return
         tokens = [int(t) for t in prompt[-LEAD_IN:]] + [int(t) for t in reply]
