@@ -168,6 +168,8 @@ class ModelDrafter(DrafterBase):
                 qs.append(q)
             if len(ids) == (rule.draft_max_now if rule else k) or (rule and not rule.another_pass(top_p)):
                 break
+            if self.model.is_eog(token):  # an accepted end ends the reply: no token after it is kept
+                break
             if n_evals == 1:  # the passes after this one are rolled back after the verify
                 self.model.checkpoint()
             rows = self.model.evaluate([token], 1)

@@ -147,12 +147,13 @@ class SpeculativeEngine:
         n_copy = min(draft_max, MAX_DRAFT)
         copies = [c.draft(context, n_copy, params, rng) for c in self.copiers] if n_copy > 0 else []
         copy, n_extend = self.controller.pick(copies, k, n_copy if self.drafter.extends else 0)
-        if copy is not None:  # its verdict is the copier's business, not the acceptance's
+        if copy is not None:  # its verdict is the copier's business; a copy through an end ends there
+            n_extend = n_extend if through_eog(self.target, copy.ids) == len(copy.ids) else 0
             draft = extend(self.drafter, replace(copy, copied=True), context, n_extend, params, rng)
         else:
             draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
-        drafted = draft.ids[:draft_max]  # a free copy may run past k (see drafters.Drafter)
+        drafted = draft.ids[: through_eog(self.target, draft.ids[:draft_max])]  # a copy may run past k
         batch = context + list(drafted)
         prepare_rollback(self.target, len(drafted))
         n_rows, known = len(drafted) + 1, known_prefix(self.target, context)
@@ -167,8 +168,7 @@ class SpeculativeEngine:
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(draft, copy, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
-        # a draft model that caught up on the prompt or a stretch it did not see (read_seconds) is
-        # not a drafting step's speed, so the guard does not see it (tries pay for it: controller)
+        # a draft model's catch-up (read_seconds) is no drafting step's speed: not the guard's (tries pay for it)
         if (drafted or draft.n_evals) and not draft.copied and draft.read_seconds <= 0:
             self.controller.observe_rate(len(kept), _costs.clock() - t_start, draft.n_evals)
         emitted, finish = cut(self.target, kept, budget)
@@ -249,6 +249,12 @@ def extend(drafter: Drafter, copy: Draft, context, m: int, params, rng) -> Draft
         read_seconds=ext.read_seconds,
         extension=ext if ext.ids else None,
     )
+
+
+def through_eog(target: CachedModel, ids: Sequence[int]) -> int:
+    """How many of ``ids`` run up to and including the first end-of-generation token: an
+    accepted end ends the reply, so a draft token after it can never be kept."""
+    return next((i + 1 for i, t in enumerate(ids) if target.is_eog(t)), len(ids))
 
 
 def cut(target: CachedModel, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:

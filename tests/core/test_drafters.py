@@ -24,7 +24,15 @@ from localspec.core.policy import DEFAULT as P
 from localspec.core.rules import LookupGate
 from localspec.core.sampling import SamplingParams
 from localspec.core.suffix import SuffixDrafter, build, match_context
-from tests.support.fakes import FakeModel, NoisyOracleDrafter, ScriptedDrafter, TimedModel, VirtualClock, hashed_logits
+from tests.support.fakes import (
+    EOS,
+    FakeModel,
+    NoisyOracleDrafter,
+    ScriptedDrafter,
+    TimedModel,
+    VirtualClock,
+    hashed_logits,
+)
 from tests.support.forced import fixed
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -109,6 +117,17 @@ class TestModelDrafter:
         d = ModelDrafter(FakeModel(fn, 10), 10, p_min=0.5).draft([1, 2, 3], 8, GREEDY, None)
         assert d.ids == (3, 4)
 
+    def test_stops_after_an_end_of_generation_token(self):
+        def fn(h):  # certain of 3, 4, EOS, then 7 for ever
+            z = np.zeros(10, dtype=np.float32)
+            z[{3: 3, 4: 4, 5: EOS}.get(len(h), 7)] = 10.0
+            return z
+
+        model = FakeModel(fn, 10)
+        d = ModelDrafter(model, 10, p_min=0.5).draft([1, 2, 3], 8, GREEDY, None)
+        assert d.ids == (3, 4, EOS)
+        assert d.n_evals == 3  # no pass after the end
+
     def test_never_proposes_banned_or_out_of_vocab_ids(self):
         def fn(h):
             z = np.zeros(12, dtype=np.float32)
@@ -143,7 +162,7 @@ class TestMarginalRule:
     def test_confident_runs_go_long_on_cheap_rows(self):
         def confident(h):
             z = np.full(10, -10.0, dtype=np.float32)
-            z[len(h) % 10] = 10.0
+            z[1 + len(h) % 9] = 10.0  # never EOS (0), after which nothing is drafted
             return z
 
         costs = CostModel({1: 1.0, 2: 1.03, 4: 1.1, 8: 1.4, 16: 2.0}, t_draft=0.1)
@@ -470,6 +489,22 @@ class TestCopiesBesideADraftModel:
         engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
         step = next(engine.generate(ref[:6], GREEDY, 16))
         assert step.drafted == (9, 1, 2) and step.extended is None
+
+    def test_a_copy_through_an_end_of_generation_token_is_cut_there_and_not_extended(self):
+        ref = [7, 1, 2, EOS, 5, 6, 1, 2, EOS, 5, 6, 1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 13, 14, 15]
+        say = np.eye(20, dtype=np.float32) * 10
+
+        def fn(h):
+            return say[ref[len(h)]]
+
+        model = FakeModel(fn, 20)
+        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
+        lookup = self.lookup(prior=(30.0, 1.0))
+        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        steps = list(engine.generate(ref[:8], GREEDY, 16))  # "1 2" came before: copy EOS 5 6 1 2 ...
+        assert steps[0].drafted == (EOS,) and steps[0].extended is None  # the rest is never kept
+        assert len(steps) == 1 and steps[0].finish == "eos" and steps[0].emitted == ()
+        assert model.cached == ref[:7]  # the prompt it read up front, and no pass after the end
 
     def test_a_model_that_will_not_draft_on_from_a_copy_is_counted_as_a_refusal(self):
         """The model read the copy and proposed nothing after it: its pass proposed nothing, as

@@ -87,7 +87,8 @@ class TestStopping:
         got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(5)))
         assert got == [11, 12]
         assert steps[-1].finish == "eos"
-        assert len(steps) == 1  # one verify: all five accepted, cut at EOS
+        assert len(steps) == 1  # one verify, cut at EOS
+        assert steps[0].drafted == (11, 12, EOS)  # nothing after an end is verified: it is never kept
 
     def test_max_tokens_cuts_mid_run(self):
         fn = hashed_logits(seed=4, n_vocab=V, eos_bias=-50)
