@@ -75,6 +75,8 @@ class LookupGate:
     is scored against what the step kept (``observe``), for free, so a blocked kind wins trust
     back.
 
+    A kind's copies from the context go only as far as its kept copies have earned (``reach``).
+
     A greedy reply to a prompt answered before (``prompts``, this process's) is that answer again:
     its copies of a full-depth history match are priced as sure until one fails
     (``suffix.SuffixDrafter``)."""
@@ -83,24 +85,39 @@ class LookupGate:
         self.costs, self.policy = costs, policy
         self.prior = prior  # [accepted, rejected] of a kind not seen yet: Laplace's rule
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
+        self.longest: dict[Hashable, int] = {}  # ... -> the longest run of its copies the target kept
         self.prompts: set[int] = set()  # the prompts (``suffix.prompt_hash``) of the replies so far
 
     def alpha(self, n: Hashable) -> float:
         accepted, rejected = self.counts.get(n, self.prior)
         return accepted / (accepted + rejected)
 
-    def length(self, n: Hashable, available: int, alpha: float | None = None) -> int:
+    def length(self, n: Hashable, available: int, alpha: float | None = None, earned: bool = False) -> int:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose, at
-        the kind's acceptance or at ``alpha``."""
+        the kind's acceptance or at ``alpha``; ``earned``: no further than ``reach``."""
         if available <= 0 or not self.costs.verify:
             return available
+        available = self.reach(n, available) if earned else available
         alpha = self.alpha(n) if alpha is None else alpha
         return best_k(speeds(self.costs, alpha, available, t_draft=0.0), self.policy.min_gain)
+
+    def reach(self, n: Hashable, available: int) -> int:
+        """The longest copy of kind ``n`` (at most ``available``) whose verify costs at most twice
+        the verify of the longest run of its kind kept so far (at first, of ``probe_k`` tokens).
+        A kind's acceptance is learnt mostly from short copies, often in a streak from one
+        passage, while a long copy whose first token fails loses its whole verify: on a
+        compute-bound curve that grows by most of T(1) a row. So a long copy is earned as TCP's
+        slow start earns a window, by doubling; on a flat curve, where many rows cost what a
+        few do, it binds nothing."""
+        curve = self.costs.curve(available + 1)
+        base = min(max(self.longest.get(n, 0), self.policy.probe_k), available)
+        return max(1, int(np.searchsorted(curve[2:], 2.0 * curve[base + 1], side="right")))
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""
         if n_tested == 0:
             return
+        self.longest[n] = max(self.longest.get(n, 0), n_accepted)
         accepted, rejected = self.counts.get(n, self.prior)
         decay = self.policy.decay
         self.counts[n] = [decay * accepted + n_accepted, decay * rejected + (n_accepted < n_tested)]

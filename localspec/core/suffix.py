@@ -317,7 +317,8 @@ class SuffixDrafter(DrafterBase):
             return Draft()
         source, m, tokens, stop, other = found
         # A context walk may run past its match, as far as a verify takes: the context is the
-        # text the reply works on (an edit copies the rest of a line after a few tokens). A
+        # text the reply works on (an edit copies the rest of a line after a few tokens); its
+        # copy goes as far as its kind has earned (LookupGate.reach). A
         # history match is another conversation's text, evidence for as many tokens as it is
         # long (SuffixDecoding's max_spec_factor 1), unless it is as long as a match gets.
         depth = min(k, MAX_DRAFT)
@@ -337,7 +338,7 @@ class SuffixDrafter(DrafterBase):
         n_sure = probs.count(1.0) if self._again and source == "history" and m.length >= self.policy.suffix_depth else 0
         sure = n_sure > 0
         alpha = 1.0 if sure else self.gate.alpha(key)
-        j = self.gate.length(key, n_sure if sure else len(ids), alpha)
+        j = self.gate.length(key, n_sure if sure else len(ids), alpha, earned=source == "context")
         draft = Draft(ids[:j], confidence=(), alpha=alpha, match=key, continuation=ids, source=source)
         self._sure = draft if sure else None
         return draft

@@ -321,6 +321,30 @@ class TestLookupGate:
         d.observe(Draft(), (0, 0), (7, 9))  # a step that found no match: nothing to score
         assert gate.counts[key] == pytest.approx([0.95 * before[0] + 1, 0.95 * before[1] + 1])
 
+    # a compute-bound curve (a row costs 0.5 T(1)) and a flat one (33 rows cost 2 T(1))
+    STEEP = {n: 1.0 + 0.5 * (n - 1) for n in (1, 2, 4, 8, 16, 33)}
+    FLAT = {1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3, 16: 1.6, 33: 2.0}
+
+    def test_a_long_context_copy_is_earned_by_doubling_the_cost_of_kept_ones(self):
+        gate = self._gate(self.STEEP)
+        key = ("context", 4)
+        for _ in range(30):  # a kind trusted from many short copies, all kept
+            gate.observe(key, 3, 3)
+        assert gate.alpha(key) > 0.95
+        # the rate alone bets 20 tokens (alpha 0.997: E(20) = 20.3 in T(21) = 11)
+        assert gate.length(key, 31) == 20
+        # kept runs of 3 (T(4) = 2.5) earn copies whose verify costs at most 5: 8 tokens, T(9) = 5
+        assert gate.reach(key, 31) == 8 and gate.length(key, 31, earned=True) <= 8
+        gate.observe(key, 8, 8)  # a kept run of 8 doubles again: T(n + 1) <= 10, 18 tokens
+        assert gate.reach(key, 31) == 18
+
+    def test_on_a_flat_curve_or_for_an_unseen_kind_the_reach_binds_little(self):
+        flat, steep = self._gate(self.FLAT), self._gate(self.STEEP)
+        key = ("context", 4)
+        assert flat.reach(key, 31) == 31  # T(32) < 2 T(3): nothing yet kept, and no limit
+        assert steep.reach(key, 31) == 6  # probe_k = 2 tokens: T(3) = 2, so T(n + 1) <= 4
+        assert steep.reach(key, 2) == 2  # never past what is available
+
     def test_one_rejection_blocks_an_unseen_length_where_a_row_is_dear(self):
         gate = self._gate({1: 1.0, 2: 1.42, 4: 2.2, 8: 4.0})
         assert gate.length(2, 4) == 1  # alpha 0.5 from the prior: (1 + 0.5) / 1.42 > 1

@@ -143,6 +143,21 @@ class TestSuffixDrafter:
         draft = SuffixDrafter().draft([*reply, 1, *reply[:5]], 64, GREEDY, None)
         assert draft.source == "context" and draft.ids == tuple(reply[5 : 5 + MAX_DRAFT])
 
+    def test_a_context_copy_goes_only_as_far_as_its_kind_earned_a_history_one_as_its_rate_says(self):
+        """On a compute-bound curve (a row costs 0.5 T(1)) both kinds are trusted from many kept
+        3-token copies; the context's copy is held to the doubling of that (LookupGate.reach),
+        another conversation's full-depth match is not: its length is evidence of its own."""
+        steep = CostModel({n: 1.0 + 0.5 * (n - 1) for n in (1, 2, 4, 8, 16, 33)})
+        gate = LookupGate(steep)
+        for _ in range(30):
+            gate.observe(("context", 4), 3, 3)
+            gate.observe(("history", 4), 3, 3)
+        reply = list(range(100, 160))
+        context = SuffixDrafter(gate=gate).draft([*reply, 1, *reply[:30]], 64, GREEDY, None)
+        history = SuffixDrafter(lambda: (build([reply]),), gate).draft(reply[:30], 64, GREEDY, None)
+        assert context.match == ("context", 4) and len(context.ids) == gate.reach(("context", 4), MAX_DRAFT) == 8
+        assert history.match == ("history", 4) and len(history.ids) == 20  # the rate's best at alpha 0.997
+
     def test_buckets_group_match_lengths(self):
         assert [bucket(n) for n in (1, 2, 3, 4, 7, 8, 24)] == [1, 2, 3, 4, 4, 4, 4]
 
