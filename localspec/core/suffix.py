@@ -337,6 +337,9 @@ class SuffixDrafter(DrafterBase):
         # prompt that ends the same may have been answered otherwise), until a copy fails
         n_sure = probs.count(1.0) if self._again and source == "history" and m.length >= self.policy.suffix_depth else 0
         sure = n_sure > 0
+        # a sure copy's verdicts are a kind of their own: all kept, they would lift the trust of
+        # every 4-token history match (into another reply) that the gate prices
+        key = ("history", "again") if sure else key
         alpha = 1.0 if sure else self.gate.alpha(key)
         j = self.gate.length(key, n_sure if sure else len(ids), alpha, earned=source == "context")
         draft = Draft(ids[:j], confidence=(), alpha=alpha, match=key, continuation=ids, source=source)

@@ -261,6 +261,15 @@ class TestAnsweredBefore:
         context += [*copy.ids[:3], 5, *self.REPLY[4:40]]  # ... and later writes the earlier answer again
         assert d.draft(context, 64, GREEDY, None).alpha == gate.alpha(("history", 4)) < 1.0
 
+    def test_a_sure_copys_verdicts_are_its_own_not_the_trust_of_other_history_matches(self):
+        """A regenerate's copies all kept say nothing of a 4-token match into another reply."""
+        gate = LookupGate(self.COSTS)
+        d = self.drafter((self.PROMPT, self.REPLY, prompt_hash(self.PROMPT)), gate=gate)
+        copy = d.draft(list(self.PROMPT), 64, GREEDY, None)
+        assert copy.alpha == 1.0 and copy.match == ("history", "again")
+        d.observe(copy, (len(copy.ids), len(copy.ids)), (*copy.ids, 7))
+        assert gate.alpha(("history", 4)) == 0.5  # Laplace's, untouched
+
     def test_occurrences_that_disagree_are_sure_only_as_far_as_they_agree(self):
         h = prompt_hash(self.PROMPT)
         two = (self.PROMPT, range(100, 140), h), (self.PROMPT, [*range(100, 110), *range(300, 330)], h)
