@@ -457,6 +457,21 @@ class TestCopiesBesideADraftModel:
 
         return FakeModel(fn, 20), calls
 
+    def copying_engine(self, ref, reads_ahead=True):
+        """Draft mode whose target and draft model both say ``ref``, beside a lookup gate that
+        trusts copies (alpha 0.97): the engine, the draft model, the controller and the copier."""
+        say = np.eye(20, dtype=np.float32) * 10
+
+        def fn(h):
+            return say[ref[len(h)]]
+
+        model = FakeModel(fn, 20)
+        model.reads_ahead = reads_ahead
+        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
+        lookup = self.lookup(prior=(30.0, 1.0))
+        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        return engine, model, ctl, lookup
+
     def test_a_match_trusted_enough_is_picked(self):
         copy = self.lookup().draft(self.CTX, 16, GREEDY, None)
         assert copy.ids[:4] == (4, 5, 6, 7) and copy.alpha == pytest.approx(0.75) and not copy.copied
@@ -487,15 +502,7 @@ class TestCopiesBesideADraftModel:
         """The model reads the copy with its first pass and drafts on; one verify takes both;
         the accepted tokens are counted by where they came from."""
         ref = [7, 1, 2, 9, 1, 2, 9, 1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
-        say = np.eye(20, dtype=np.float32) * 10  # both models know the reference
-
-        def fn(h):
-            return say[ref[len(h)]]
-
-        model = FakeModel(fn, 20)
-        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
-        lookup = self.lookup(prior=(30.0, 1.0))
-        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        engine, model, ctl, lookup = self.copying_engine(ref)
         step = next(engine.generate(ref[:6], GREEDY, 16))  # "1 2" came before: copy 9 1 2
         n_model = len(step.drafted) - 3
         assert step.drafted == tuple(ref[6 : 9 + n_model]) and n_model > 0
@@ -506,25 +513,13 @@ class TestCopiesBesideADraftModel:
         accepted, rejected = lookup.gate.counts[("context", 2)]
         assert (accepted, rejected) == pytest.approx((0.95 * 30 + 3, 0.95 * 1))  # the copy's 3, all kept
         # a draft that reads the target's hidden states (MTP) cannot read the copy: the copy alone
-        model = FakeModel(fn, 20)
-        model.reads_ahead = False
-        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
-        lookup = self.lookup(prior=(30.0, 1.0))
-        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        engine = self.copying_engine(ref, reads_ahead=False)[0]
         step = next(engine.generate(ref[:6], GREEDY, 16))
         assert step.drafted == (9, 1, 2) and step.extended is None
 
     def test_a_copy_through_an_end_of_generation_token_is_cut_there_and_not_extended(self):
         ref = [7, 1, 2, EOS, 5, 6, 1, 2, EOS, 5, 6, 1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 13, 14, 15]
-        say = np.eye(20, dtype=np.float32) * 10
-
-        def fn(h):
-            return say[ref[len(h)]]
-
-        model = FakeModel(fn, 20)
-        ctl = AdaptiveController(self.COSTS, 8, prior=0.9)
-        lookup = self.lookup(prior=(30.0, 1.0))
-        engine = SpeculativeEngine(FakeModel(fn, 20), ModelDrafter(model, 20, costs=ctl.costs), ctl, (lookup,))
+        engine, model, _, _ = self.copying_engine(ref)
         steps = list(engine.generate(ref[:8], GREEDY, 16))  # "1 2" came before: copy EOS 5 6 1 2 ...
         assert steps[0].drafted == (EOS,) and steps[0].extended is None  # the rest is never kept
         assert len(steps) == 1 and steps[0].finish == "eos" and steps[0].emitted == ()
