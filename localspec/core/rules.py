@@ -85,7 +85,7 @@ class LookupGate:
         self.costs, self.policy = costs, policy
         self.prior = prior  # [accepted, rejected] of a kind not seen yet: Laplace's rule
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
-        self.longest: dict[Hashable, int] = {}  # ... -> the longest run of its copies the target kept
+        self.longest: dict[Hashable, int] = {}  # ... -> its longest run the target agreed with (tested or scored)
         self.prompts: set[int] = set()  # the prompts (``suffix.prompt_hash``) of the replies so far
 
     def alpha(self, n: Hashable) -> float:
