@@ -145,10 +145,27 @@ def _play(session, scenario, order, folder: Path, temperature, seed, say, done, 
     ref = tokens.get("none")
     out = []
     for mode in order:
-        s = stats[mode]
-        same = None if ref is None or temperature > 0 else sum(a == b for a, b in zip(tokens[mode], ref))
-        out.append({"mode": mode, "stats": s.as_dict(), "identical": same, "replies": n, "each_tps": each[mode]})
+        row = {"mode": mode, "stats": stats[mode].as_dict(), "identical": None, "replies": n, "each_tps": each[mode]}
+        if ref is not None and temperature == 0 and mode != "none":
+            row["identical"] = sum(a == b for a, b in zip(tokens[mode], ref))
+            row["parted"], row["carried"] = _partings(session, scenario, tokens[mode], ref, replies["none"])
+        out.append(row)
     return out
+
+
+def _partings(session, scenario: dict, got: list[list[int]], ref: list[list[int]], ref_texts: list[str]):
+    """Where a mode's greedy replies part from the target alone's: each reply's index, token
+    and the target alone's top-2 logit gap there (``Session.divergence``: a near-tie is the
+    batched kernels' numerics); and how many replies followed a parted turn of a chat, which
+    answer another conversation and are not compared."""
+    parted, carried = [], 0
+    for i, (mine, theirs) in enumerate(zip(got, ref)):
+        if scenario["kind"] == "chat" and got[:i] != ref[:i]:
+            carried += mine != theirs
+        elif mine != theirs:
+            where = session.divergence(messages(scenario, i, ref_texts), theirs, mine)
+            parted.append({"reply": i + 1, **where})
+    return parted, carried
 
 
 def _history(session, folder: Path) -> PastReplies:
@@ -227,5 +244,15 @@ def _sources(rows: list[dict], mode: str) -> str:
 
 
 def _identical(rows: list[dict]) -> str:
+    """ "same/replies", and for the rest the largest top-2 gap where one parted and how many
+    followed a parted turn."""
     checked = [r for r in rows if r["identical"] is not None and r["mode"] != "none"]
-    return f"{sum(r['identical'] for r in checked)}/{sum(r['replies'] for r in checked)}" if checked else "–"
+    if not checked:
+        return "–"
+    text = f"{sum(r['identical'] for r in checked)}/{sum(r['replies'] for r in checked)}"
+    parted = [p for r in checked for p in r.get("parted", ())]
+    gaps = [p["gap"] for p in parted if p["gap"] is not None]
+    carried = sum(r.get("carried", 0) for r in checked)
+    notes = [f"{len(parted)} parted" + (f" at top-2 gaps ≤ {max(gaps):.3f}" if gaps else "")] if parted else []
+    notes += [f"{carried} after a parted turn"] if carried else []
+    return text + (f" ({'; '.join(notes)})" if notes else "")

@@ -33,7 +33,7 @@ class TestRunRepeated:
         assert all(len(r["each_tps"]) == r["replies"] and min(r["each_tps"]) > 0 for r in rep["rows"])
         for row in rep["rows"]:
             if row["mode"] != "none":
-                assert row["identical"] == row["replies"]
+                assert row["identical"] == row["replies"] and row["parted"] == [] and row["carried"] == 0
         again = [r for r in rep["rows"] if r["scenario"] == "again" and r["mode"] == "lookup+history"]
         assert all(r["stats"]["accepted_by_source"].get("history", 0) > 0 for r in again)  # the 2nd reply, drafted
         plain = [r for r in rep["rows"] if r["mode"] == "lookup"]
@@ -47,6 +47,37 @@ class TestRunRepeated:
         assert [m["content"] for m in msgs] == ["one", "first reply", "two"]
         loop = repeated.messages(SUITE["scenarios"][2], 1, [])
         assert loop == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x b"}]
+
+
+class TestPartings:
+    class Divergence:
+        """A session's ``divergence``: the first differing token, at a gap we name."""
+
+        def __init__(self):
+            self.asked = []
+
+        def divergence(self, messages, ref, got):
+            self.asked.append([m["content"] for m in messages])
+            return {"index": next(i for i, (a, b) in enumerate(zip(ref, got)) if a != b), "gap": 0.01}
+
+    def test_a_parted_reply_has_its_gap_and_a_chats_later_turns_are_carried_not_compared(self):
+        session = self.Divergence()
+        got, ref = [[1, 2], [3, 4], [5]], [[1, 2], [3, 9], [6]]
+        parted, carried = repeated._partings(
+            session, SUITE["scenarios"][1] | {"turns": ["a", "b", "c"]}, got, ref, ["r1", "r2", "r3"]
+        )
+        assert parted == [{"reply": 2, "index": 1, "gap": 0.01}] and carried == 1
+        assert session.asked == [["a", "r1", "b"]]  # the conversation both replies answered
+        parted, carried = repeated._partings(
+            session, SUITE["scenarios"][2] | {"inputs": ["a", "b", "c"]}, got, ref, ["r1", "r2", "r3"]
+        )
+        assert [p["reply"] for p in parted] == [2, 3] and carried == 0  # requests: each its own context
+
+    def test_the_table_names_the_largest_gap_and_the_carried_replies(self):
+        row = {"mode": "draft", "identical": 3, "replies": 5, "carried": 1}
+        rows = [row | {"parted": [{"reply": 2, "index": 7, "gap": 0.02}]}, row | {"parted": [], "carried": 0}]
+        assert repeated._identical(rows) == "6/10 (1 parted at top-2 gaps ≤ 0.020; 1 after a parted turn)"
+        assert repeated._identical([row | {"parted": [], "carried": 0, "identical": 5}]) == "5/5"
 
 
 class TestLoad:
