@@ -271,6 +271,8 @@ class ReplayOptions:
     regenerate: bool = False
     """Each prompt replayed twice in a row, its replies kept: the second (``ID:again``) is a
     regenerate."""
+    copy: bool = True
+    """Draft mode may copy suffix matches (``--no-copy``: never, what copies are worth)."""
 
 
 class Outcome(NamedTuple):
@@ -323,7 +325,9 @@ def run_policy(
     kept = (lambda: history) if options.keep_replies or options.regenerate else None
 
     def mode_for(costs: CostModel, prior: float | None = None) -> Drafting:
-        ctx = ModeContext(target, draft, costs, draft_max=DRAFT_MAX, prior=prior, policy=tunables, history=kept)
+        ctx = ModeContext(
+            target, draft, costs, draft_max=DRAFT_MAX, copy=options.copy, prior=prior, policy=tunables, history=kept
+        )
         return build(policy, ctx)
 
     mode = mode_for(costs_for(curve, draft.t_draft, clock))

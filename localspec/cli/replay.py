@@ -159,7 +159,9 @@ def recording_problem(args) -> str | None:
         return "--record needs --target and --draft" if args.record else "--replay needs --draft"
     if args.record and (args.cold or args.prompts):
         return f"--record records every prompt of --suite: not with {'--cold' if args.cold else '--prompts'}"
-    loading = flags.given_flags(args, ModelOptions) + flags.given_flags(args, DraftOptions)
+    loading = [
+        f for f in flags.given_flags(args, ModelOptions) + flags.given_flags(args, DraftOptions) if f != "--no-copy"
+    ]
     if args.replay and (args.target or loading):
         extra = "--target" if args.target else loading[0]
         return f"--replay runs the recorded target and loads the draft its own way: not with {extra}"
@@ -219,6 +221,7 @@ def replay_options(args) -> ReplayOptions:
         max_tokens=args.max_tokens or replay.REPLY_TOKENS,
         keep_replies=args.keep_replies,
         regenerate=args.regenerate,
+        copy=args.copy,
     )
 
 

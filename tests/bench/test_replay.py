@@ -4,12 +4,14 @@ a virtual clock from the measured curve, with the draft's rows memoised; and ``l
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from localspec.bench import replay
-from localspec.cli import main
+from localspec.cli import build_parser, main
+from localspec.cli.replay import recording_problem, replay_options
 from localspec.core import costs as costs_module
 from localspec.core.costs import CostModel, DraftCost, VerifyCurve
 from localspec.core.modes import ModeContext, ReplySpec, draft_model, target_alone
@@ -164,6 +166,9 @@ class TestReplay:
         again, first = out["a:again"]["auto"], out["a"]["auto"]
         assert again.tokens_per_second > 1.5 * first.tokens_per_second and again.acceptance > 0.9
         assert out["a:again"]["none"] == out["a"]["none"]  # the target alone copies nothing
+        no_copy = replay.replay(recording(target_fn, ids=("a",)), wrong, {}, replace(options, copy=False)).results
+        plain = no_copy["a:again"]["auto"]  # --no-copy: the draft model alone, which is always wrong
+        assert plain.acceptance < 0.5 and plain.tokens_per_second < again.tokens_per_second / 1.5
 
     def test_a_trace_gives_the_prompt_s_steps_and_the_drafting_line_where_it_changes(self):
         target_fn = hashed_logits(1, V)
@@ -273,6 +278,10 @@ class TestReplayCli:
         again = capsys.readouterr()
         assert again.out.splitlines() == first  # greedy and modelled: the same replay
         assert "draft rows were computed now" in first_err and again.err == ""  # all from the memo
+
+    def test_no_copy_reaches_the_replay_and_other_load_flags_do_not(self):
+        args = build_parser().parse_args(["bench", "--replay", "r.json", "--draft", "d.gguf", "--no-copy"])
+        assert recording_problem(args) is None and replay_options(args).copy is False
 
     def test_an_unknown_setting_stops_the_replay_before_anything_loads(self, tmp_path, capsys):
         argv = ["bench", "--replay", str(tmp_path / "absent.json"), "--draft", str(tmp_path / "absent.gguf")]
