@@ -244,8 +244,8 @@ def _sources(rows: list[dict], mode: str) -> str:
 
 
 def _identical(rows: list[dict]) -> str:
-    """ "same/replies", and for the rest the largest top-2 gap where one parted and how many
-    followed a parted turn."""
+    """The identical column: same replies / replies, then how many parted (at what largest
+    top-2 gap) and how many followed a parted turn of a chat."""
     checked = [r for r in rows if r["identical"] is not None and r["mode"] != "none"]
     if not checked:
         return "–"

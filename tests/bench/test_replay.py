@@ -279,7 +279,7 @@ class TestReplayCli:
         assert again.out.splitlines() == first  # greedy and modelled: the same replay
         assert "draft rows were computed now" in first_err and again.err == ""  # all from the memo
 
-    def test_no_copy_reaches_the_replay_and_other_load_flags_do_not(self):
+    def test_no_copy_reaches_the_replay(self):
         args = build_parser().parse_args(["bench", "--replay", "r.json", "--draft", "d.gguf", "--no-copy"])
         assert recording_problem(args) is None and replay_options(args).copy is False
 
