@@ -259,9 +259,9 @@ def through_eog(target: CachedModel, ids: Sequence[int]) -> int:
 
 def cut(target: CachedModel, kept: list[int], budget: int) -> tuple[list[int], Finish | None]:
     """End-of-generation inside an accepted run ends the reply there; so does the budget."""
-    for i, t in enumerate(kept):
-        if target.is_eog(t):
-            return kept[:i], "eos"
+    end = through_eog(target, kept)
+    if end and target.is_eog(kept[end - 1]):
+        return kept[: end - 1], "eos"
     if len(kept) >= budget:
         return kept[:budget], "length"
     return kept, None
