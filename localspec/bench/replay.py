@@ -72,14 +72,20 @@ DRAFT_CTX, DRAFT_THREADS = 4096, 2
 class Clock:
     """Virtual seconds: each evaluation adds its cost, times a lognormal factor of ``sigma`` and,
     during a ``burst`` (start, length, factor: target evaluations ``start`` to ``start + length``
-    of each reply), ``factor``: a stretch where the machine is busy."""
+    of each reply), ``factor``: a stretch where the machine is busy. Work ``owe``d starts once the
+    clock is next read: what follows a verify, outside any time the cost model is given."""
 
     def __init__(self, sigma: float, seed: int, burst: tuple[int, int, float] | None = None) -> None:
         self.now, self.sigma, self.rng = 0.0, sigma, np.random.default_rng(seed)
         self.burst, self.evals = burst, 0  # target evaluations so far in this reply
+        self.owed = 0.0
 
     def __call__(self) -> float:
-        return self.now
+        now, self.now, self.owed = self.now, self.now + self.owed, 0.0
+        return now
+
+    def owe(self, seconds: float) -> None:
+        self.owed += seconds
 
     def work(self, seconds: float) -> None:
         self.now += seconds * (math.exp(self.rng.normal(0.0, self.sigma)) if self.sigma else 1.0) * self.slowdown()
@@ -94,15 +100,18 @@ class Clock:
 class ReplayTarget(CachedModel):
     """Row j predicts the recorded token at j + 1 while the context is the recorded one."""
 
-    def __init__(self, vocab: CachedModel, curve: dict[int, float], clock: Clock) -> None:
+    def __init__(self, vocab: CachedModel, curve: dict[int, float], clock: Clock, blind: float = 0.0) -> None:
         super().__init__()
         self.vocab, self.curve, self.clock = vocab, curve, clock
         self.n_vocab, self.n_ctx = vocab.n_vocab, vocab.n_ctx
+        self.blind = blind  # T(1)s of work after a verify per row past the first (ReplayOptions.blind)
         self.true: list[int] = []
 
     def _decode(self, tokens, start, n_logits):
         self.clock.evals += 1
         self.clock.work(cost(self.curve, len(tokens)))
+        if self.blind and n_logits > 1:
+            self.clock.owe(self.blind * cost(self.curve, 1) * (n_logits - 1))
         ctx = self.cached[:start] + list(tokens)
         agree = common_prefix(ctx, self.true)
         rows = []
@@ -273,6 +282,9 @@ class ReplayOptions:
     regenerate."""
     copy: bool = True
     """Draft mode may copy suffix matches (``--no-copy``: never, what copies are worth)."""
+    blind: float = 0.0
+    """Each verify row past the first costs this many T(1) more, after the verify is timed: work
+    the cost model is not given (Python on a verify's rows)."""
 
 
 class Outcome(NamedTuple):
@@ -303,7 +315,7 @@ def replay(recording: dict, real_draft: CachedModel, memo: dict, options: Replay
     curve, t_draft = {int(n): t for n, t in recording["curve"].items()}, recording["t_draft"]
     if options.shape:
         curve, t_draft = reshape(curve, t_draft, list(options.shape), options.draft_pass)
-    target = ReplayTarget(real_draft, curve, clock)
+    target = ReplayTarget(real_draft, curve, clock, options.blind)
     draft = MemoDraft(real_draft, t_draft, recording["read"], clock, memo)
     prompts = select(recording["prompts"], options.prompts)
     out = Replay()

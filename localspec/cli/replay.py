@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,6 +69,14 @@ def add_replay_options(p) -> None:
         help="target evaluations START to START+LENGTH of each reply (the prefill is 1) and the draft passes "
         "among them run FACTOR times slower: a busy stretch, e.g. 8,12,1.6",
     )
+    r.add_argument(
+        "--blind",
+        type=blind_flag,
+        default=None,
+        metavar="F",
+        help="each verify row past the first costs F times T(1) more, after the verify is timed: work the "
+        "cost model does not see (Python on a verify's rows), e.g. 0.1",
+    )
     r.add_argument("--no-profile", action="store_true", help="with --cold: every prompt from the default prior")
     r.add_argument(
         "--shape",
@@ -112,6 +121,16 @@ def burst_flag(text: str) -> tuple[int, int, float]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def blind_flag(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a verify row's unseen cost in T(1)s, 0 or more, e.g. 0.1")
+    return value
+
+
 def shape_flag(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(","))
@@ -127,7 +146,7 @@ NOT_WITH_RECORDINGS = (
 # the options only --replay reads
 REPLAY_ONLY = (
     *("policies", "noise", "noise_seed", "burst", "no_profile", "shape", "draft_pass", "set", "trace"),
-    *("keep_replies", "regenerate"),
+    *("keep_replies", "regenerate", "blind"),
 )
 
 
@@ -212,6 +231,7 @@ def replay_options(args) -> ReplayOptions:
         noise=args.noise or 0.0,
         seed=args.noise_seed or 0,
         burst=args.burst,
+        blind=args.blind or 0.0,
         cold=args.cold,
         no_profile=args.no_profile,
         shape=args.shape or (),

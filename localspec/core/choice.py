@@ -13,12 +13,11 @@ class Reason(Enum):
 
     UNMEASURED = "unmeasured"  # nothing timed yet: drafts as a try does (policy.probe_k)
     FIXED = "fixed"  # a fixed k (--no-adapt, a seeded reply; 0: the target alone)
-    ON = "on"  # the best k at the learnt acceptance, and the guard agrees
+    ON = "on"  # the best k at the learnt acceptance
     GATED = "gated"  # k is a cap: the drafter's gate weighs each proposal (prompt lookup)
     TRY = "try"  # off, and a try's trial is under way
     HARDWARE = "hardware"  # off: even a draft always accepted could not pay here
     ACCEPTANCE = "acceptance"  # off: at the learnt acceptance drafting does not pay
-    GUARD = "guard"  # off: drafting measured slower than the target alone
 
 
 @dataclass(frozen=True)
@@ -33,7 +32,6 @@ class Choice:
     propose: float = 1.0  # ... and the share of draft passes that proposed anything
     best_k: int = 0  # the k the speed model wants (a step that measures T(1) drafts none)
     best_speedup: float = math.nan  # expected speed-up at best_k (HARDWARE: every draft accepted)
-    guard_tps: float | None = None  # GUARD: tokens/s drafting measured
     next_try_in: int | None = None  # off: steps until the next try (None: none comes)
     outpaced: bool = False  # off: the draft's catch-up grows faster than tries earn (Tries.outpaced)
     resumed: bool = False  # on: the last try found drafting pays again

@@ -19,13 +19,13 @@ from .budget import Tries
 from .choice import Choice, Reason
 from .costs import CostModel, best_k, extension_value, speeds
 from .drafters import Draft
-from .estimates import Acceptance, SpeedGuard
+from .estimates import Acceptance
 from .policy import DEFAULT, Policy
 
 
 class FixedController:
-    """``--no-adapt``: ``k`` drafts every step (0: the target alone), nothing tried or guarded;
-    the acceptance is counted for the predicted speed-up only."""
+    """``--no-adapt``: ``k`` drafts every step (0: the target alone), nothing tried; the
+    acceptance is counted for the predicted speed-up only."""
 
     def __init__(self, costs: CostModel, k: int, reason: str = "fixed: --no-adapt", policy: Policy = DEFAULT) -> None:
         self.costs, self.k, self.draft_max = costs, k, k
@@ -55,9 +55,6 @@ class FixedController:
 
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
         self.acceptance.observe(n_drafted, n_accepted, passes)
-
-    def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
-        pass
 
 
 def best_gain(rates: np.ndarray) -> float:
@@ -97,9 +94,9 @@ def pick_copy(
 
 
 class AdaptiveController:
-    """The best k at the learnt acceptance while the guard agrees, else tries as the budget
-    affords. ``gated``: k is a cap, a gate weighs each proposal (prompt lookup);
-    ``extend_when_sure``: a draft sure of its tokens may run past k (``rules.MarginalRule``)."""
+    """The best k at the learnt acceptance, else tries as the budget affords. ``gated``: k is a
+    cap, a gate weighs each proposal (prompt lookup); ``extend_when_sure``: a draft sure of its
+    tokens may run past k (``rules.MarginalRule``)."""
 
     def __init__(
         self,
@@ -112,10 +109,9 @@ class AdaptiveController:
     ) -> None:
         self.costs, self.draft_max, self.gated, self.extend_when_sure = costs, draft_max, gated, extend_when_sure
         self.policy = policy
-        self.acceptance, self.guard, self.tries = Acceptance(prior, policy), SpeedGuard(policy), Tries(costs, policy)
-        self.drafted = self.resumed = False  # anything verified yet; the last try found drafting pays
-        # this reply's steps; whether its opening keeps drafting on; the last verify's drafts
-        self._steps, self._protected, self._last_drafted = 0, False, 0
+        self.acceptance, self.tries = Acceptance(prior, policy), Tries(costs, policy)
+        self.drafted = self.resumed = False  # any draft pass run yet; the last try found drafting pays
+        self._steps = 0  # this reply's
         self.last: Choice | None = None
 
     @property
@@ -143,17 +139,11 @@ class AdaptiveController:
 
     def on(self) -> bool:
         """Whether a step now would draft at the model's k (not as a try)."""
-        return self.model_k() > 0 and (not self.costs.verify or self._opening() or self.guard.pays(1 / self.costs.T(1)))
-
-    def _opening(self) -> bool:
-        return self._protected and self._steps <= self.policy.opening_steps
+        return self.model_k() > 0
 
     def begin_reply(self) -> None:
-        """A reply's opening keeps drafting on if it is on now (judged as if without an opening)."""
-        self.guard.begin_reply()
         self.acceptance.begin_reply()
-        self._steps, self._protected = 0, False
-        self._protected = self.on()
+        self._steps = 0
 
     def wants_prefill(self) -> bool:
         """The draft reads the prompt up front: drafting is on, or nothing was drafted yet and
@@ -183,13 +173,12 @@ class AdaptiveController:
             return Choice(k, math.nan, math.nan, reason=Reason.UNMEASURED, best_k=k)
         rates = self.speeds()
         k = self.model_k(rates)
-        drafting = k > 0 and (self._opening() or self.guard.pays(float(rates[0])))
-        if self.tries.started and self.tries.left == 0 and (self.guard.judged or not drafting):
-            self.resumed = drafting  # the try's trial is over: drafting pays again, or not
-            self.tries.judged(drafting)
-        if not drafting:
-            return self._off(k, rates, behind)
-        self.tries.left = self.tries.steps_off = 0
+        if self.tries.trial_over(k > 0):
+            self.resumed = k > 0  # drafting pays again, or not
+            self.tries.judged(k > 0)
+        if k == 0:
+            return self._off(rates, behind)
+        self.tries.left = 0
         base, alpha = float(rates[0]), self.alpha
         if self.gated:  # the gate predicts each proposal, not the controller
             return Choice(k, math.nan, base, reason=Reason.GATED, alpha=alpha, best_k=k, resumed=self.resumed)
@@ -198,16 +187,14 @@ class AdaptiveController:
             k, float(rates[k]), base, draft_max, alpha=alpha, best_k=k, best_speedup=speedup, resumed=self.resumed
         )
 
-    def _off(self, k_model: int, rates: np.ndarray, behind: Callable[[], int] | None) -> Choice:
-        """Off: the learnt acceptance does not pay or (``k_model`` > 0) the guard measured drafting
-        slower. A try is a trial at the model's k where only the guard said no, else at
-        ``probe_k``, made once the budget affords its price (a first try: once the opening is over)."""
+    def _off(self, rates: np.ndarray, behind: Callable[[], int] | None) -> Choice:
+        """Off: at the learnt acceptance drafting does not pay. A try drafts ``probe_k`` tokens for
+        ``trial_steps`` steps, made once the budget affords its price (a first try: once the
+        opening is over)."""
         probe_k, base = min(self.policy.probe_k, self.draft_max), float(rates[0])
         self.resumed = False
         best = float(rates[1:].max() / base) if len(rates) > 1 else 0.0
         off = Choice(0, base, base, reason=Reason.ACCEPTANCE, alpha=self.alpha, best_speedup=best)
-        if k_model:
-            off = replace(off, reason=Reason.GUARD, best_k=k_model, guard_tps=self.guard.rate or 0.0)
         off = replace(off, propose=self.acceptance.propose)
         trying = replace(off, reason=Reason.TRY, k=probe_k, predicted_tps=float(rates[probe_k]))
         if self.tries.left > 0:
@@ -216,31 +203,19 @@ class AdaptiveController:
         perfect = self.speeds(1.0)
         if best_gain(perfect) < self.policy.min_gain:  # even drafts always accepted could not pay here
             best = float(perfect[1:].max() / perfect[0])
-            return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best, guard_tps=None)
-        waits = self._steps <= self.policy.opening_steps and not (self._protected or self.drafted)
-        k, guard = probe_k if self.gated or k_model == 0 else k_model, self.guard if k_model else None
+            return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best)
+        waits = self._steps <= self.policy.opening_steps and not self.drafted
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes
         reach = speeds(self.costs, 1.0, self.draft_max, propose=self.acceptance.propose)
         stake = (best_gain(reach) - 1.0) * self.costs.T(1)
-        if waits or not self.tries.due(rates, k, guard, behind, stake, self.drafted):
+        if waits or not self.tries.due(rates, probe_k, behind, stake, self.drafted):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
-        self.tries.start(self.guard, k_model)
-        return replace(trying, k=k_model, predicted_tps=float(rates[k_model])) if k_model else trying
+        self.tries.start()
+        return trying
 
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
-        self._last_drafted = n_drafted
-        self.drafted = self.drafted or n_drafted > 0
+        self.drafted = self.drafted or n_drafted > 0 or passes > 0  # a refused pass was a try too
         self.acceptance.observe(n_drafted, n_accepted, passes)
-
-    def observe_rate(self, n_tokens: int, seconds: float, passes: int | None = None) -> None:
-        """A step that spent on drafting (``passes`` draft passes, by default one a draft token)
-        made ``n_tokens`` in ``seconds``; the opening's steps are not the guard's."""
-        self.drafted = True
-        if self._opening():
-            return
-        n = self._last_drafted
-        modelled = (n if passes is None else passes) * self.costs.t_draft + self.costs.T(n + 1)
-        self.guard.observe(n_tokens, seconds, modelled if self.costs.verify else 0.0)
 
 
 Controller: TypeAlias = FixedController | AdaptiveController

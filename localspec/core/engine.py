@@ -168,9 +168,6 @@ class SpeculativeEngine:
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(draft, copy, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
-        # a draft model's catch-up (read_seconds) is no drafting step's speed: not the guard's (tries pay for it)
-        if (drafted or draft.n_evals) and not draft.copied and draft.read_seconds <= 0:
-            self.controller.observe_rate(len(kept), _costs.clock() - t_start, draft.n_evals)
         emitted, finish = cut(self.target, kept, budget)
         context.extend(kept)
         text = "".join(stream.feed(self.target.token_bytes(t)) for t in emitted)

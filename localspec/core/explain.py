@@ -72,7 +72,7 @@ def _words(c: Choice, costs: CostModel) -> DraftingState:
         )
         return DraftingState(True, c.k, why, draft_cost=draft_cost, verify_cost=check2)
     if c.reason is Reason.TRY:
-        off = _off(replace(c, reason=Reason.GUARD if c.guard_tps is not None else Reason.ACCEPTANCE), costs)
+        off = _off(c, costs)
         return DraftingState(True, c.k, f"trying k={c.k} for a few steps, as {off.why}", draft_cost=draft_cost)
     return _off(c, costs)
 
@@ -98,17 +98,13 @@ def _on(c: Choice, costs: CostModel) -> DraftingState:
 
 
 def _off(c: Choice, costs: CostModel) -> DraftingState:
-    """Off: the hardware rules drafting out (never tried), the learnt acceptance does not pay
-    (tried again now and then), or the guard measured drafting slower."""
-    t1, draft_cost, check2 = _units(costs)
+    """Off: the hardware rules drafting out (never tried), or the learnt acceptance does not pay
+    (tried again now and then)."""
+    _, draft_cost, check2 = _units(costs)
     draft = f"a draft token costs {draft_cost:.2f} of a target pass and " if costs.t_draft else ""
     words = f"{draft}checking 2 tokens costs {check2:.2f} passes"
     if c.reason is Reason.HARDWARE:
         why = f"{words}; drafting would run at about {c.best_speedup:.2f}× even at {c.alpha:.0%} acceptance"
-    elif c.reason is Reason.GUARD:
-        base, realized = 1.0 / t1, c.guard_tps or 0.0
-        why = f"drafting measured {realized:.1f} tok/s against {base:.1f} tok/s for the target alone "
-        why += f"({realized / base:.2f}×)"
     else:
         refused = f", the draft proposing in {c.propose:.0%} of its passes" if c.propose < 0.9 else ""
         why = f"{words}; at the measured acceptance ({c.alpha:.0%}{refused}) drafting would run "

@@ -25,20 +25,15 @@ class Policy:
     """The prior weighs this many verdicts, so one rejected draft moves 0.75 to 0.71 rather than
     switching drafting off; a profile's prior has the same weight."""
 
-    # --- the speed guard ---------------------------------------------------------------------
-    trial_steps: int = 4
-    """Drafting steps judged together (the guard's trial, a try's length): one unlucky step
-    decides nothing. At a reply's start what the guard measured before weighs half a trial, so
-    a reply of new text is judged on its own steps. After the trial the guard's sums fade by
-    1 / (trial_steps + 1) a step, so what it weighs has a trial's mean age. The proposal rate
-    starts at a trial's worth of proposals."""
-
     # --- a reply's opening ---------------------------------------------------------------------
     opening_steps: int = 6
-    """A reply's first steps never switch drafting off: chat models open with a phrase of their
-    own before what a draft predicts well."""
+    """Before anything was drafted, a first try waits a reply's first steps out: chat models open
+    with a phrase of their own before what a draft predicts well, and a try made on it fails."""
 
     # --- tries while drafting is off -------------------------------------------------------------
+    trial_steps: int = 4
+    """A try's length: one unlucky step decides nothing. The proposal rate starts at a trial's
+    worth of proposals."""
     probe_k: int = 2
     """A try's draft length where the model wants none, and every step's before anything is
     timed: cheap, and it tests two tokens."""
@@ -68,14 +63,6 @@ class Policy:
     min_path_prob: float = 0.1
     """A walk stops where fewer than this share of the occurrences agree on the path so far
     (SuffixDecoding's ``min_token_prob``): below it the next token is a guess."""
-
-    @property
-    def mismatch(self) -> float:
-        """The guard says no only where its steps took more than this times their modelled
-        time: the speed model's left-out work (``min_gain`` - 1) twice over. Within it the costs
-        held, and a slow trial was the text's acceptance, which the acceptance estimate judges
-        over more steps."""
-        return 2.0 * self.min_gain - 1.0
 
     @property
     def suffix_ends(self) -> int:

@@ -108,6 +108,42 @@ class TestBurst:
         assert replay.parse_burst("8,12,1.6") == (8, 12, 1.6)
 
 
+class TestBlind:
+    def test_a_verify_s_rows_cost_more_after_the_verify_is_timed(self):
+        clock = replay.Clock(0.0, 0)
+        target = replay.ReplayTarget(FakeModel(hashed_logits(1, V), V), CURVE, clock, blind=0.5)
+        target.true = PROMPT + [7] * 10
+        t0 = clock()
+        target.evaluate([7], 1)  # one row: nothing after it
+        assert clock() - t0 == pytest.approx(CURVE[1]) and clock() - t0 == pytest.approx(CURVE[1])
+        t0 = clock()
+        target.evaluate([7, 7, 7], 3)
+        assert clock() - t0 == pytest.approx(CURVE[3])  # the verify's own time, as the engine reads it
+        assert clock() - t0 == pytest.approx(CURVE[3] + 0.5 * CURVE[1] * 2)  # then its two rows past the first
+
+    def test_blind_costs_slow_drafting_and_not_the_target_alone(self):
+        target_fn = hashed_logits(1, V)
+        seen, blind = (
+            replay.replay(recording(target_fn), FakeModel(target_fn, V), {}, options).results["p1"]
+            for options in (
+                replay.ReplayOptions(policies=("none", "auto"), max_tokens=24),
+                replay.ReplayOptions(policies=("none", "auto"), max_tokens=24, blind=0.5),
+            )
+        )
+        assert blind["none"] == seen["none"]
+        assert blind["auto"].tokens_per_second < 0.8 * seen["auto"].tokens_per_second
+
+    @pytest.mark.parametrize("text", ["-0.1", "x", "nan"])
+    def test_a_blind_cost_below_nothing_is_refused_by_the_parser(self, text, capsys):
+        with pytest.raises(SystemExit):
+            main(["bench", "--replay", "r.json", "--draft", "d.gguf", "--blind", text])
+        assert "a verify row's unseen cost" in capsys.readouterr().err
+
+    def test_the_blind_cost_reaches_the_replay(self):
+        args = build_parser().parse_args(["bench", "--replay", "r.json", "--draft", "d.gguf", "--blind", "0.3"])
+        assert recording_problem(args) is None and replay_options(args).blind == 0.3
+
+
 class TestReplay:
     def test_each_policy_replays_each_prompt_and_the_real_clock_comes_back(self):
         target_fn = hashed_logits(1, V)

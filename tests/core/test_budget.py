@@ -12,11 +12,11 @@ class TestTries:
         costs = CostModel({1: 1.0, 2: 1.1, 3: 1.2})
         rates = speeds(costs, 0.5, 2)
         tries = Tries(costs)
-        assert tries.due(rates, 2, None, None, stake=10.0, priced=False)  # a first try is free
-        assert tries.credit == pytest.approx(P.first_try_share * 10.0) and tries.steps_off == 1
+        assert tries.due(rates, 2, None, stake=10.0, priced=False)  # a first try is free
+        assert tries.credit == pytest.approx(P.first_try_share * 10.0)
         assert not tries.afford(tries.credit + 0.1) and tries.credit == pytest.approx(2.5)
         assert tries.afford(2.0) and tries.credit == pytest.approx(0.5)
-        tries.due(rates, 2, None, None, stake=-3.0, priced=False)  # a stake below nothing earns nothing
+        tries.due(rates, 2, None, stake=-3.0, priced=False)  # a stake below nothing earns nothing
         assert tries.credit == pytest.approx(0.5)
 
     def test_a_countdown_without_a_catch_up_is_the_price_over_the_earning(self):
@@ -41,3 +41,15 @@ class TestTries:
         assert shares == [P.first_try_share / 2, P.first_try_share / 4, P.try_share, P.try_share] and tries.failed == 4
         tries.judged(True)
         assert tries.share == P.first_try_share and tries.failed == 0 and not tries.started
+
+    def test_a_try_is_judged_off_once_its_steps_are_spent_and_on_after_a_trial(self):
+        tries = Tries(CostModel())
+        assert not tries.trial_over(True)  # no try under way
+        tries.start()  # its first step: a catch-up, then trial_steps - 1 more
+        for _ in range(P.trial_steps - 1):
+            assert not tries.trial_over(False)
+            tries.left -= 1  # the controller spends a try's step
+        assert tries.left == 0 and tries.trial_over(False)  # spent, and the model still wants none
+        tries.start()
+        ons = [tries.trial_over(True) for _ in range(P.trial_steps + 1)]
+        assert ons == [False] * P.trial_steps + [True]  # drafting back on: judged after a trial's steps

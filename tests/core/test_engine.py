@@ -150,8 +150,8 @@ class TestRollback:
 
 
 class TestAdaptive:
-    # The measured guard in the engine (drafting that measures slower is switched off, and the
-    # text stays the target's) is test_controller.py::TestMeasuredGuard, on timed fakes.
+    # A drafter slower than the costs believed, timed and switched off in the engine with the
+    # text the target's own, is test_controller.py::TestMeasuredDraftCost, on timed fakes.
     def test_adaptive_engine_stays_exact(self):
         fn = hashed_logits(seed=11, n_vocab=V)
         drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
@@ -186,7 +186,7 @@ class TestSampling:
 
 
 class TestDraftPrefill:
-    def test_draft_model_reads_the_prompt_in_the_prefill_and_the_guard_skips_its_catch_up(self):
+    def test_draft_model_reads_the_prompt_in_the_prefill(self):
         fn = hashed_logits(1, V)
         draft = FakeModel(hashed_logits(2, V), V)
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)

@@ -35,11 +35,9 @@ class TestSettings:
 
 
 class TestDerived:
-    def test_the_guard_and_the_suffix_reads_follow_the_fields_they_come_from(self):
-        p = Policy()
-        assert p.mismatch == pytest.approx(1.1) and p.suffix_ends == 100
-        assert replace(p, min_gain=1.1).mismatch == pytest.approx(1.2)
-        assert replace(p, min_path_prob=0.25).suffix_ends == 16
+    def test_the_suffix_reads_follow_the_path_share(self):
+        assert Policy().suffix_ends == 100
+        assert replace(Policy(), min_path_prob=0.25).suffix_ends == 16
 
     @pytest.mark.parametrize("bad", ["min_path_prob=0", "min_path_prob=1.5"])
     def test_a_path_share_outside_0_to_1_is_refused(self, bad):
@@ -56,10 +54,11 @@ class TestOneObjectReachesEveryUser:
     """An override reaches every user of a value (the ablation tool's old setattr on one
     module reached some of them only)."""
 
-    def test_the_trial_length_sets_both_the_guard_and_a_try(self):
+    def test_the_trial_length_sets_both_a_try_and_the_proposal_rates_start(self):
         p = replace(Policy(), trial_steps=6)
         ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.9}, 0.5), 8, policy=p)
-        assert ctl.guard.policy is p and ctl.tries.policy is p
+        ctl.tries.start()
+        assert ctl.tries.left == 5 and ctl.acceptance.proposed == 6.0
 
     def test_a_mode_hands_its_policy_to_the_controller_and_the_drafters(self):
         model = FakeModel(hashed_logits(1, 16), 16)
