@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from ..llama.backend import LlamaModel
 
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
+SETTLE = 2  # with a size-change cost: evaluations of one size before it is steady, as llama/backend.py's GPU_SETTLE
 REPLY_TOKENS = 96  # the reply length recorded and replayed unless --max-tokens says otherwise
 DRAFT_MAX = 16  # the longest draft a replay's policies choose: the default --draft-max
 CURVE_SIZES = range(1, LONGEST_VERIFY + 1)  # T(n) recorded: to a copy's longest verify
@@ -100,16 +101,22 @@ class Clock:
 class ReplayTarget(CachedModel):
     """Row j predicts the recorded token at j + 1 while the context is the recorded one."""
 
-    def __init__(self, vocab: CachedModel, curve: dict[int, float], clock: Clock, blind: float = 0.0) -> None:
+    def __init__(
+        self, vocab: CachedModel, curve: dict[int, float], clock: Clock, blind: float = 0.0, size_change: float = 0.0
+    ) -> None:
         super().__init__()
         self.vocab, self.curve, self.clock = vocab, curve, clock
         self.n_vocab, self.n_ctx = vocab.n_vocab, vocab.n_ctx
         self.blind = blind  # T(1)s of work after a verify per row past the first (ReplayOptions.blind)
+        self.size_change = size_change  # T(1)s an evaluation of another size than the last costs more
+        self.settle = SETTLE if size_change else 0  # ... and, as on a GPU, no sample until it settles
         self.true: list[int] = []
 
     def _decode(self, tokens, start, n_logits):
         self.clock.evals += 1
         self.clock.work(cost(self.curve, len(tokens)))
+        if self.size_change and self._sizes and self._sizes[-1] != len(tokens):
+            self.clock.work(self.size_change * cost(self.curve, 1))
         if self.blind and n_logits > 1:
             self.clock.owe(self.blind * cost(self.curve, 1) * (n_logits - 1))
         ctx = self.cached[:start] + list(tokens)
@@ -285,6 +292,9 @@ class ReplayOptions:
     blind: float = 0.0
     """Each verify row past the first costs this many T(1) more, after the verify is timed: work
     the cost model is not given (Python on a verify's rows)."""
+    size_change: float = 0.0
+    """A target evaluation of another size than the one before costs this many T(1) more and is
+    no sample until the size settles, as on a GPU (CUDA builds its graph again)."""
 
 
 class Outcome(NamedTuple):
@@ -315,7 +325,7 @@ def replay(recording: dict, real_draft: CachedModel, memo: dict, options: Replay
     curve, t_draft = {int(n): t for n, t in recording["curve"].items()}, recording["t_draft"]
     if options.shape:
         curve, t_draft = reshape(curve, t_draft, list(options.shape), options.draft_pass)
-    target = ReplayTarget(real_draft, curve, clock, options.blind)
+    target = ReplayTarget(real_draft, curve, clock, options.blind, options.size_change)
     draft = MemoDraft(real_draft, t_draft, recording["read"], clock, memo)
     prompts = select(recording["prompts"], options.prompts)
     out = Replay()

@@ -71,11 +71,19 @@ def add_replay_options(p) -> None:
     )
     r.add_argument(
         "--blind",
-        type=blind_flag,
+        type=cost_flag,
         default=None,
         metavar="F",
         help="each verify row past the first costs F times T(1) more, after the verify is timed: work the "
         "cost model does not see (Python on a verify's rows), e.g. 0.1",
+    )
+    r.add_argument(
+        "--size-change",
+        type=cost_flag,
+        default=None,
+        metavar="F",
+        help="a target evaluation of another size than the one before costs F times T(1) more and is no "
+        "sample until the size settles, as on a GPU (CUDA builds its graph again), e.g. 1.35",
     )
     r.add_argument("--no-profile", action="store_true", help="with --cold: every prompt from the default prior")
     r.add_argument(
@@ -121,13 +129,13 @@ def burst_flag(text: str) -> tuple[int, int, float]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def blind_flag(text: str) -> float:
+def cost_flag(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a verify row's unseen cost in T(1)s, 0 or more, e.g. 0.1")
+        raise argparse.ArgumentTypeError(f"{text!r}: give a cost in T(1)s, 0 or more, e.g. 0.1")
     return value
 
 
@@ -146,7 +154,7 @@ NOT_WITH_RECORDINGS = (
 # the options only --replay reads
 REPLAY_ONLY = (
     *("policies", "noise", "noise_seed", "burst", "no_profile", "shape", "draft_pass", "set", "trace"),
-    *("keep_replies", "regenerate", "blind"),
+    *("keep_replies", "regenerate", "blind", "size_change"),
 )
 
 
@@ -232,6 +240,7 @@ def replay_options(args) -> ReplayOptions:
         seed=args.noise_seed or 0,
         burst=args.burst,
         blind=args.blind or 0.0,
+        size_change=args.size_change or 0.0,
         cold=args.cold,
         no_profile=args.no_profile,
         shape=args.shape or (),

@@ -137,11 +137,34 @@ class TestBlind:
     def test_a_blind_cost_below_nothing_is_refused_by_the_parser(self, text, capsys):
         with pytest.raises(SystemExit):
             main(["bench", "--replay", "r.json", "--draft", "d.gguf", "--blind", text])
-        assert "a verify row's unseen cost" in capsys.readouterr().err
+        assert "give a cost in T(1)s, 0 or more" in capsys.readouterr().err
 
     def test_the_blind_cost_reaches_the_replay(self):
         args = build_parser().parse_args(["bench", "--replay", "r.json", "--draft", "d.gguf", "--blind", "0.3"])
         assert recording_problem(args) is None and replay_options(args).blind == 0.3
+
+
+class TestSizeChange:
+    def test_an_evaluation_of_another_size_costs_more_and_is_no_sample_until_it_settles(self):
+        clock = replay.Clock(0.0, 0)
+        target = replay.ReplayTarget(FakeModel(hashed_logits(1, V), V), CURVE, clock, size_change=1.5)
+        target.true = PROMPT + [7] * 20
+        seconds, steady = [], []
+        for n in (1, 1, 1, 3, 3, 3, 1):
+            before = clock.now
+            target.evaluate([7] * n, n)
+            seconds.append(clock.now - before)
+            steady.append(target.steady)
+        change = 1.5 * CURVE[1]
+        assert seconds == pytest.approx([CURVE[1]] * 3 + [CURVE[3] + change, CURVE[3], CURVE[3], CURVE[1] + change])
+        assert steady == [False, False, True, False, False, True, False]  # as a GPU's (llama/backend.py GPU_SETTLE)
+
+    def test_the_size_change_cost_reaches_the_replay_and_a_negative_one_is_refused(self, capsys):
+        argv = ["bench", "--replay", "r.json", "--draft", "d.gguf", "--size-change", "1.35"]
+        assert replay_options(build_parser().parse_args(argv)).size_change == 1.35
+        with pytest.raises(SystemExit):
+            main([*argv[:-1], "-1"])
+        assert "give a cost in T(1)s, 0 or more" in capsys.readouterr().err
 
 
 class TestReplay:
