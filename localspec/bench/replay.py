@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from ..llama.backend import LlamaModel
 
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
-SETTLE = 2  # with a size-change cost: evaluations of one size before it is steady, as llama/backend.py's GPU_SETTLE
 REPLY_TOKENS = 96  # the reply length recorded and replayed unless --max-tokens says otherwise
 DRAFT_MAX = 16  # the longest draft a replay's policies choose: the default --draft-max
 CURVE_SIZES = range(1, LONGEST_VERIFY + 1)  # T(n) recorded: to a copy's longest verify
@@ -109,7 +108,10 @@ class ReplayTarget(CachedModel):
         self.n_vocab, self.n_ctx = vocab.n_vocab, vocab.n_ctx
         self.blind = blind  # T(1)s of work after a verify per row past the first (ReplayOptions.blind)
         self.size_change = size_change  # T(1)s an evaluation of another size than the last costs more
-        self.settle = SETTLE if size_change else 0  # ... and, as on a GPU, no sample until it settles
+        if size_change:  # ... and, as on a GPU, no sample until it settles
+            from ..llama.backend import GPU_SETTLE
+
+            self.settle = GPU_SETTLE
         self.true: list[int] = []
 
     def _decode(self, tokens, start, n_logits):

@@ -157,7 +157,7 @@ class TestSizeChange:
             steady.append(target.steady)
         change = 1.5 * CURVE[1]
         assert seconds == pytest.approx([CURVE[1]] * 3 + [CURVE[3] + change, CURVE[3], CURVE[3], CURVE[1] + change])
-        assert steady == [False, False, True, False, False, True, False]  # as a GPU's (llama/backend.py GPU_SETTLE)
+        assert steady == [False, False, True, False, False, True, False]  # as a GPU's (llama.backend.GPU_SETTLE)
 
     def test_the_size_change_cost_reaches_the_replay_and_a_negative_one_is_refused(self, capsys):
         argv = ["bench", "--replay", "r.json", "--draft", "d.gguf", "--size-change", "1.35"]

@@ -198,7 +198,8 @@ class TestTries:
     ZEN4 = {1: 1.0, 2: 1.42, 3: 1.57, 4: 1.66, 6: 1.90, 8: 2.61}
 
     def off_on_zen4(self) -> AdaptiveController:
-        """Drafting switched off on the Zen 4's costs by a run of rejected drafts."""
+        """Drafting switched off on the Zen 4's costs by a run of rejected drafts (the draft reads
+        a token in 0.061 T(1))."""
         costs = CostModel({n: t for n, t in self.ZEN4.items() for _ in range(3)}, 0.26)
         costs.draft.observe_read(100, 6.1)
         c = AdaptiveController(costs, draft_max=16)
@@ -229,11 +230,7 @@ class TestTries:
 
     def test_a_countdown_under_a_growing_catch_up_is_kept(self):
         # where a step earns more than the catch-up grows, the wait said is the wait there is
-        costs = CostModel({n: t for n, t in self.ZEN4.items() for _ in range(3)}, 0.26)
-        costs.draft.observe_read(100, 6.1)
-        c = AdaptiveController(costs, draft_max=16)
-        for _ in range(40):
-            c.observe(4, 0)  # off: the acceptance, which the steps off do not change (nor the price)
+        c = self.off_on_zen4()  # off: the acceptance, which the steps off do not change (nor the price)
         c.tries.share = 0.5  # (a share that outruns a token's read)
         behind = [READ_MIN]
         assert c.choose(lambda: behind[0]).k == 0
