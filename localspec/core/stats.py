@@ -47,10 +47,6 @@ class RunStats:
         self.finish = step.finish or self.finish
 
     @property
-    def total_seconds(self) -> float:
-        return self.prefill_seconds + self.decode_seconds
-
-    @property
     def tokens_per_second(self) -> float:
         """Decode speed: generated tokens over decode time (prefill excluded, reported apart)."""
         return self.n_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
