@@ -11,7 +11,7 @@ The loads share one profile folder, as one machine's loads would.
         --draft models/qwen2.5-coder-0.5b.gguf [--loads 6] [--hogs 2] [--max-tokens 128] [--json]
 
 Per load: what the calibration read (T(1) and T(2) / T(1)), whether the first reply timed the
-costs again (``costs.recheck``) and how long that took, and each reply's ratio with the
+costs again (``calibration.recheck``) and how long that took, and each reply's ratio with the
 drafting line after it.
 """
 

@@ -14,7 +14,10 @@
 #
 # Random weights accept almost nothing from a random draft, so the bench adds an oracle drafter
 # that replays the target-only reply with a set share of its tokens corrupted: a controlled
-# acceptance at zero draft cost. The 0.5B-shaped draft model gives the real cost of drafting.
+# acceptance at zero draft cost. The 0.5B-shaped draft model gives the real cost of drafting,
+# and with the real Qwen pair's recorded verdicts (`--verdicts`, shipped in the package) it
+# drafts as auto mode does, right where the real draft was: auto / the target alone at the real
+# pair's acceptance, per target shape.
 # Results go to $OUT (the device tool's output folder) or gpu-check-out/: summary.md, the log,
 # and gpu-check.tgz with one JSON and table per target beside them. docs/benchmarks.md says how
 # the figures there were made.
@@ -117,7 +120,7 @@ bench_target() {  # $1 target gguf, $2 draft gguf, $3 json out; extra args follo
   local target=$1 draft=$2 out=$3
   shift 3
   python3 -m localspec bench --target "$target" --draft "$draft" \
-    --oracle 100/8 --oracle 100 --oracle 80 --oracle 50/4 \
+    --oracle 100/8 --oracle 100 --oracle 80 --oracle 50/4 --verdicts --changing \
     --no-copy --suite default --quick --max-tokens "${GPU_CHECK_TOKENS:-128}" --repeats 2 \
     --json "$out" "$@"
 }

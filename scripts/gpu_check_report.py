@@ -1,6 +1,7 @@
 """Summarise the bench JSONs of scripts/gpu-check.sh: per target the cost curve T(k), the draft
 pass, the per-step overhead outside llama.cpp (ms and share of step time) and the measured
-speed-ups, then the issue's two GPU targets checked against the measurements.
+speed-ups, then the issue's two GPU targets checked against the measurements and, per target,
+auto mode's speed-up over the target alone at the real pair's acceptance (the verdicts mode).
 
     python scripts/gpu_check_report.py OUT/bench-*.json
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 
 OVERHEAD_TARGET_MS = 0.5
 ORACLE_TARGET = ("7b-q4_k_m", "oracle-100/8", 3.0)  # target file, mode, least speed-up
+VERDICTS = "verdicts"  # the bench's mode replaying a real pair's verdicts (localspec.bench.modes.VERDICTS)
 
 
 def main(paths: list[str]) -> int:
@@ -109,6 +111,7 @@ def verdicts(reports: list[tuple[Path, dict]]) -> list[str]:
                 void = " (void: the texts parted, below)" if parted(rep) else ""
                 lines.append(f"- {mode} on {name}: >= {least}x target-only: {ok} (median {got:.2f}x){void}")
     lines += [replay_line(rep) for _, rep in reports if any(r["mode"].startswith("oracle") for r in rep["rows"])]
+    lines += [real_pair_line(rep) for _, rep in reports if any(r["mode"] == VERDICTS for r in rep["rows"])]
     return lines
 
 
@@ -132,6 +135,21 @@ def replay_line(rep: dict) -> str:
     return (
         f"- Oracle runs on {name} write the target alone's text: MISSED ({len(off)} of {len(oracle)} "
         f"parted, at tokens {where[0]}-{where[-1]}{gap}): their speed-ups are void"
+    )
+
+
+def real_pair_line(rep: dict) -> str:
+    """Auto mode over the target alone where the draft model pays its passes on this GPU and the
+    target keeps what the real pair's target kept: the speed-up the real pair would get here.
+    A run whose text parted from the target alone's proposed nothing from there on."""
+    rows = [r for r in rep["rows"] if r["mode"] == VERDICTS]
+    ups = [r["speedup"] for r in rows if r.get("speedup")]
+    med = lambda key: _median([r[key] for r in rows if r.get(key) is not None])
+    same = sum(1 for r in rows if r.get("identical") is not False)
+    return (
+        f"- The real pair's acceptance ({rep.get('verdicts') or 'recorded verdicts'}) on {Path(rep['target']).name}: "
+        f"auto / the target alone {_f(med('speedup'))}x (min {_f(min(ups) if ups else None)}x; acceptance "
+        f"{_f(med('acceptance_rate'))}, {_f(med('tokens_per_pass'))} tokens/pass; {same} of {len(rows)} identical)"
     )
 
 

@@ -168,8 +168,8 @@ class ReplayAligned(FixedController):
         super().__init__(costs, k, reason="fixed: llama.cpp's replay schedule")
         self._replay = False
 
-    def choose(self, behind: Callable[[], int] | None = None) -> Choice:
-        choice = super().choose(behind)
+    def choose(self, behind: Callable[[], int] | None = None, budget: int | None = None) -> Choice:
+        choice = super().choose(behind, budget)
         return replace(choice, k=0) if self._replay else choice
 
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from localspec.chat.session import PairSpec
+from localspec.chat.session import LoadOptions, PairSpec
 from localspec.chat.store import ChatStore
 from localspec.core.engine import Step
 from localspec.core.explain import DraftingState
@@ -107,6 +107,7 @@ class PacedSession:
     baseline_note = "bench: fixed"
     spec = PairSpec(Path("bench-target.gguf"), Path("bench-draft.gguf"))
     mode = "draft"
+    options = LoadOptions()
     opens_thinking = False
     offload = None
     replies = None  # no history of past replies
@@ -151,7 +152,7 @@ class PacedSession:
                 token=emitted[-1],
                 emitted=tuple(emitted),
                 text=text,
-                k=k,
+                model_k=k,
                 predicted_speedup=2.5,
                 prefill_seconds=0.0,
                 draft_seconds=n / self.rate * 0.3,

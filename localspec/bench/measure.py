@@ -7,11 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from ..core.costs import CostModel, calibrate, time_one, timing_prefix
+from ..core.calibration import calibrate, time_one, timing_prefix
+from ..core.costs import CostModel
 from ..core.options import MAX_DRAFT
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
-from .modes import Oracle, split_mode
+from .modes import ReplaysReference, split_mode
 
 # every size to 16, then every 4th to the longest verify the engine asks for (a copy's: MAX_DRAFT + 1)
 COST_SIZES = (*range(1, 17), *range(20, MAX_DRAFT + 1, 4), MAX_DRAFT + 1)
@@ -62,19 +63,20 @@ def size_change(session, k: int = 4, prefix: int = 200, repeats: int = 5, settle
             timed["k"].append(time_one(model, many, prefix))
     m = {key: median(values) for key, values in timed.items()}
     extra = m["k_after_ones"] - m["k"] + m["one_after_k"] + m["two_after_k"] - 2 * m["one"]
-    return {"k": k, "seconds": m, "extra_seconds": extra, "extra_over_t1": extra / m["one"]}
+    at_load = session.costs.change  # one change, as the load timed it: what the steady sizes are planned on
+    return {"k": k, "seconds": m, "extra_seconds": extra, "extra_over_t1": extra / m["one"], "at_load_seconds": at_load}
 
 
 def run_once(
     session, prompt: dict, mode: str, params: SamplingParams, max_tokens: int, reference: Sequence[int] | None = None
 ) -> WarmRun:
-    """One reply in ``mode`` (registered: see ``modes.register_modes``); an oracle replays
-    ``reference``."""
+    """One reply in ``mode`` (registered: see ``modes.register_modes``); an oracle or the
+    verdicts mode replays ``reference``, the target-only reply of ``prompt``."""
     session.reset()  # every run starts cold: no prefix reuse across modes
     params = params.model_copy(update={"rule": split_mode(mode)[1]})
     build = session.modes[mode].build
-    if isinstance(build, Oracle):
-        build.replay(reference, params.seed or 0)
+    if isinstance(build, ReplaysReference):
+        build.replay(prompt["id"], reference, params.seed or 0)
     stats = RunStats()
     tokens: list[int] = []
     text: list[str] = []

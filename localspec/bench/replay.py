@@ -45,6 +45,7 @@ import numpy as np
 from ..chat.history import DEFAULT_CAP_TOKENS
 from ..chat.replies import LEAD_IN
 from ..chat.session import CALIBRATION_SIZES, LONGEST_VERIFY
+from ..core import calibration
 from ..core import costs as costs_module
 from ..core.costs import CostModel, DraftCost, VerifyCurve
 from ..core.estimates import prior_from
@@ -354,13 +355,13 @@ def run_policy(
         )
         return build(policy, ctx)
 
-    mode = mode_for(costs_for(curve, draft.t_draft, clock))
+    mode = mode_for(costs_for(curve, draft.t_draft, clock, target))
     counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
     plays = [(p, again) for p in prompts for again in (False, True)[: 1 + options.regenerate]]
     for i, (p, again) in enumerate(plays):
         if options.cold:  # a fresh load for every reply, as `localspec run` starts
             prior = None if options.no_profile or not counted[1] else prior_from(counted[0], counted[1], tunables)
-            mode = mode_for(costs_for(curve, draft.t_draft, clock), prior)
+            mode = mode_for(costs_for(curve, draft.t_draft, clock, target), prior)
         target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
         clock.evals = 0
         engine = mode.engine(target, ReplySpec(len(p["prompt"])))
@@ -369,7 +370,8 @@ def run_policy(
         for step in engine.generate(list(p["prompt"]), SamplingParams(), options.max_tokens):
             if options.trace == name:
                 now = explain(mode.controller.state(), mode.controller.costs).line
-                traced = f"{policy} k={step.k} drafted={len(step.drafted)} accepted={step.n_accepted}"
+                traced = f"{policy} k={step.model_k} drafted={len(step.drafted)} accepted={step.n_accepted}"
+                traced += f" padded={step.n_padded}" if step.n_padded else ""
                 out.trace.append(traced + (f"  {now}" if now != line else ""))
                 line = now
             stats.add(step)
@@ -404,13 +406,18 @@ def cost(curve: dict[int, float], n: int) -> float:
     return curve[min(n, top)] * max(1.0, n / top)
 
 
-def costs_for(curve: dict[int, float], t_draft: float, clock: Clock) -> CostModel:
+def costs_for(curve: dict[int, float], t_draft: float, clock: Clock, target: CachedModel) -> CostModel:
     """The costs a session would start from: the measured curve and the longest verify, or with
     noise a calibration of the sizes a session calibrates at load (three samples each; the
-    longest verify one)."""
+    longest verify one); where the target pays for a change of size (``--size-change``), that
+    change timed on it as a load times it (``calibration.time_change``)."""
+    change = calibration.time_change(target)
     if not clock.sigma:
-        return CostModel(VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)}), DraftCost(t_draft))
+        verify = VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)})
+        verify.change = change
+        return CostModel(verify, DraftCost(t_draft))
     verify, draft = VerifyCurve(), DraftCost()
+    verify.change = change
     for n in (*CALIBRATION_SIZES, LONGEST_VERIFY):
         for _ in range(1 if n == LONGEST_VERIFY else 3):
             verify.add(n, cost(curve, n) * math.exp(clock.rng.normal(0.0, clock.sigma)))

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from ..core.costs import CostModel, speeds
 from ..core.modes import MODEL_MODES
 from .measure import COST_SIZES, WarmRun, first_divergence
-from .modes import CONTROL, fixed_mode, parse_fixed, split_mode
+from .modes import CONTROL, VERDICTS, fixed_mode, parse_fixed, split_mode
 
 
 @dataclass(kw_only=True)
@@ -49,7 +49,7 @@ def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, draft_ma
     mode = split_mode(mode)[0]
     if alpha is None or mode == "none":
         return None
-    t_draft = costs.t_draft if mode in MODEL_MODES or parse_fixed(mode) else 0.0
+    t_draft = costs.t_draft if mode in (*MODEL_MODES, VERDICTS) or parse_fixed(mode) else 0.0
     rates = speeds(costs, alpha, draft_max, t_draft=t_draft)
     return float(rates.max() / rates[0])
 
@@ -323,6 +323,8 @@ def size_change_markdown(change: dict | None) -> list[str]:
         f"after one-token steps, {m['k'] * 1000:.2f} ms repeated; the two one-token steps after it "
         f"{m['one_after_k'] * 1000:.2f} and {m['two_after_k'] * 1000:.2f} ms, {m['one'] * 1000:.2f} ms in a run "
         "(median of 5; CUDA re-captures its graph after a change of size).",
+        f"The load timed one change at {change.get('at_load_seconds', 0.0) * 1000:.2f} ms (0: none timed, a backend "
+        "that does not settle), which the steady verify sizes are planned on.",
     ]
 
 

@@ -15,6 +15,7 @@ from .measure import WarmRun, measure_costs, run_once, size_change
 from .modes import parse_fixed, register_modes
 from .report import curve_comparison, report, summarise, sweep_summary
 from .suites import SUITE_MAX_TOKENS
+from .verdicts import RecordedVerdicts
 
 
 def run_bench(
@@ -25,15 +26,17 @@ def run_bench(
     repeats: int = 1,
     seed: int = 1234,
     progress: Callable[[int, int, str], None] | None = None,
+    verdicts: RecordedVerdicts | None = None,
 ) -> dict:
     """Every prompt in every mode, interleaved; the direct cost curve is measured at the end
-    (a filled cache, after the runs have warmed everything) and set beside the engine's."""
+    (a filled cache, after the runs have warmed everything) and set beside the engine's.
+    ``verdicts``: what the verdicts mode replays, where ``modes`` has it."""
     max_tokens = suite.get("max_tokens", SUITE_MAX_TOKENS)
     prompts = suite["prompts"]
     total = len(prompts) * len(modes) * len(temperatures) * repeats + 2
     done = 0
     say = progress or (lambda *_: None)
-    register_modes(session, modes)
+    register_modes(session, modes, verdicts)
     say(done, total, "warm-up")
     run_once(session, prompts[0], modes[0], SamplingParams(), 8)  # page weights in, warm caches
     done += 1

@@ -26,12 +26,13 @@ from pydantic import ValidationError
 
 from ..core.engine import Step
 from ..core.explain import DraftingState
+from ..core.options import drafting_mode
 from ..core.sampling import SamplingParams
 from ..core.stats import RunStats
 from ..llama.offload import OffloadPlan
 from ..settings import Settings, data_dir
 from .replies import PastReplies
-from .session import ContextOverflow
+from .session import ContextOverflow, LoadOptions
 from .store import Chat, ChatStore, Message, summary_line
 from .thinking import ThinkSplitter, history_content
 
@@ -54,6 +55,11 @@ class ChatSession(Protocol):
     @property
     def lock(self) -> threading.Lock:
         """Held for the whole of a generation: nothing else may use the models meanwhile."""
+        ...
+
+    @property
+    def options(self) -> LoadOptions:
+        """What the pair was loaded with: a longest draft of 0 never drafts, whatever the chat's mode."""
         ...
 
     @property
@@ -250,7 +256,7 @@ class Generation:
             answer_draft_chars(step.text, n_draft_chars, answer),
             len(step.emitted) if thinks else 0,
             inspected,
-            self.drafting(step.k),
+            self.drafting(step.model_k),
         )
 
     def drafting(self, k: int = -1, force: bool = False) -> DraftingState | None:
@@ -389,14 +395,21 @@ class Conversation:
         if s is None or self.reply is not None or s.lock.locked():
             return
         try:
-            self.drafting = s.drafting_state(self.chat.mode or None)
+            self.drafting = s.drafting_state(self.chat_mode)
         except Exception:  # e.g. a chat's "draft" mode on a pair without a draft model
             self.drafting = None
 
     @property
     def mode_shown(self) -> str:
         """The chat's drafting mode, else the pair's."""
-        return self.chat.mode or (self.session.mode if self.session else "–")
+        return self.chat_mode or (self.session.mode if self.session else "–")
+
+    @property
+    def chat_mode(self) -> str | None:
+        """The chat's own drafting mode as the loaded pair runs it (None: the pair's own): the
+        target alone on a pair loaded with a longest draft of 0 (``options.drafting_mode``)."""
+        mode = self.chat.mode or None
+        return drafting_mode(mode, self.session.options.draft_max) if self.session is not None else mode
 
     def export(self) -> Path:
         """Write the chat as Markdown into the settings' export folder; the file written."""
@@ -497,7 +510,7 @@ class Conversation:
             raise RuntimeError("no model pair is loaded")
         if self.reply is not None:
             raise RuntimeError("a reply is still being generated")
-        request = self.request(self.messages_for_model(), self.chat.mode or None)
+        request = self.request(self.messages_for_model(), self.chat_mode)
         generation = Generation(self.session, request, explain=True)
         self.reply = Reply(self.chat.id, generation)
         self.reply_stats, self.reply_thinking_tokens = RunStats(), 0
@@ -577,5 +590,5 @@ class Conversation:
             stats["thinking_tokens"] = self.reply_thinking_tokens
         if self.drafting is not None:
             stats["drafting"] = self.drafting.as_dict()
-        stats["mode"] = self.chat.mode or (s.mode if s else None)
+        stats["mode"] = self.chat_mode or (s.mode if s else None)
         return stats

@@ -18,13 +18,18 @@ file another process replaced is parsed again, one this store read or wrote last
 the app and ``localspec serve`` adding at once lose no reply; reads take no lock. A file that
 is damaged, not a history, another tokenizer's or from a newer localspec is set aside
 (``base.npz.bad-YYYYmmdd-HHMMSS``) with a warning naming it, and drafting goes on without it:
-nothing here raises for a file.
+nothing here raises for a file. A file is checked whole before anything is sized from it: each
+array's header against the file's size (numpy allocates what a header claims before reading),
+the arrays against each other and the suffix array against the tokens (the drafter indexes
+with both), and, given the tokenizer's vocabulary size, every token id below it (a drafter
+sizes a table by the largest id, and the target is handed the ids it proposes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import os
 import re
 import time
@@ -62,8 +67,10 @@ ARRAYS = {
 SINCE = {"prompts": 2, "asked": 3}  # the format that added an array; an older file is read without it
 LOCK = "history"  # KEY/history.lock
 KEY_PATTERN = re.compile(r"[0-9a-f]{1,64}")
-# what reading a damaged or foreign file raises (a missing or unreadable one raises OSError)
-DAMAGED = (ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile, zlib.error)
+# what reading a damaged or foreign file raises (a missing or unreadable one raises OSError);
+# RuntimeError: zipfile's for a member marked encrypted or packed by an unknown method, one bit
+# of a zip header away from a history's own
+DAMAGED = (ValueError, TypeError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile, zlib.error)
 
 
 class NotAHistory(ValueError):
@@ -89,7 +96,8 @@ class HistoryStore:
     def __init__(self, root: Path | None = None, cap_tokens: int = DEFAULT_CAP_TOKENS) -> None:
         self.root = Path(root) if root is not None else data_dir() / "history"
         self.cap_tokens = cap_tokens
-        self._read_as: dict[Path, tuple[tuple[int, ...], Corpus]] = {}  # a segment's file version and corpus
+        # a segment's file version, the vocabulary size it was checked against, and its corpus
+        self._read_as: dict[Path, tuple[tuple[int, ...], int | None, Corpus]] = {}
 
     def folder(self, key: str) -> Path:
         if not KEY_PATTERN.fullmatch(key):
@@ -97,17 +105,19 @@ class HistoryStore:
         return self.root / key
 
     # --- reading --------------------------------------------------------------------------------
-    def load(self, key: str) -> tuple[tuple[Corpus, ...], list[str]]:
+    def load(self, key: str, n_vocab: int | None = None) -> tuple[tuple[Corpus, ...], list[str]]:
         """The segments that hold replies (none: an empty tuple), and what was wrong with the
-        files, each warning naming its file and what was done."""
+        files, each warning naming its file and what was done. ``n_vocab``: the tokenizer's
+        vocabulary size, which every id must be below (None: not known here, as in
+        ``localspec history``, where nothing is sized from the ids)."""
         folder, found, warnings = self.folder(key), [], []
         for name in SEGMENTS:
-            corpus, warning = self._read(folder, name, key)
+            corpus, warning = self._read(folder, name, key, n_vocab)
             found.append(corpus)
             warnings += [warning] if warning else []
         return _kept(found), warnings
 
-    def _read(self, folder: Path, name: str, key: str) -> tuple[Corpus, str | None]:
+    def _read(self, folder: Path, name: str, key: str, n_vocab: int | None) -> tuple[Corpus, str | None]:
         """One segment, without the lock unless it is damaged: then it is read again under the
         lock before it is set aside, so a file another process has just written whole stays."""
         path = folder / f"{name}.npz"
@@ -115,45 +125,46 @@ class HistoryStore:
         def damaged(e: Exception) -> tuple[Corpus, str | None]:
             try:
                 with locked(folder / LOCK):
-                    return self._read_locked(folder, name, key)
+                    return self._read_locked(folder, name, key, n_vocab)
             except OSError as why:  # no lock to be had (a read-only folder, a stuck holder)
                 return Corpus(), f"{path}: {_problem(e)}; left as it is ({why}), drafting without it"
 
-        return self._try_read(path, key, damaged)
+        return self._try_read(path, key, n_vocab, damaged)
 
-    def _read_locked(self, folder: Path, name: str, key: str) -> tuple[Corpus, str | None]:
+    def _read_locked(self, folder: Path, name: str, key: str, n_vocab: int | None) -> tuple[Corpus, str | None]:
         """``_read``, the lock held: a damaged file is set aside."""
         path = folder / f"{name}.npz"
-        return self._try_read(path, key, lambda e: (Corpus(), _set_aside(path, e)))
+        return self._try_read(path, key, n_vocab, lambda e: (Corpus(), _set_aside(path, e)))
 
     def _try_read(
-        self, path: Path, key: str, damaged: Callable[[Exception], tuple[Corpus, str | None]]
+        self, path: Path, key: str, n_vocab: int | None, damaged: Callable[[Exception], tuple[Corpus, str | None]]
     ) -> tuple[Corpus, str | None]:
         """A segment and no warning; a missing or unreadable file is empty with a warning, and a
         damaged one is ``damaged``'s to deal with."""
         try:
-            return self._segment(path, key), None
+            return self._segment(path, key, n_vocab), None
         except OSError as e:
             return Corpus(), _unreadable(path, e)
         except DAMAGED as e:
             return damaged(e)
 
-    def _segment(self, path: Path, key: str) -> Corpus:
+    def _segment(self, path: Path, key: str, n_vocab: int | None) -> Corpus:
         """``read_segment``, parsed again only when the file is another version than the one this
-        store read or wrote last (``file_version``): a base of millions of tokens changes only
-        at a merge, so a reply kept does not read it, nor recompute what a session derives from it."""
+        store read or wrote last (``file_version``), or was checked against another vocabulary:
+        a base of millions of tokens changes only at a merge, so a reply kept does not read it,
+        nor recompute what a session derives from it."""
         try:
             version = file_version(path)
         except FileNotFoundError:
             return Corpus()
         kept = self._read_as.get(path)
-        if kept is None or kept[0] != version:
-            kept = self._read_as[path] = (version, read_segment(path, key))
-        return kept[1]
+        if kept is None or kept[:2] != (version, n_vocab):
+            kept = self._read_as[path] = (version, n_vocab, read_segment(path, key, n_vocab))
+        return kept[2]
 
-    def _write(self, path: Path, key: str, corpus: Corpus) -> None:
+    def _write(self, path: Path, key: str, corpus: Corpus, n_vocab: int | None) -> None:
         write_segment(path, key, corpus)
-        self._read_as[path] = (file_version(path), corpus)
+        self._read_as[path] = (file_version(path), n_vocab, corpus)
 
     def keys(self) -> list[str]:
         """Every key with a folder under the root; an OSError when the root cannot be listed."""
@@ -184,35 +195,43 @@ class HistoryStore:
 
     # --- writing --------------------------------------------------------------------------------
     def add(
-        self, key: str, reply_tokens: Sequence[int], now: float | None = None, prompt: int = 0, asked: int = 0
+        self,
+        key: str,
+        reply_tokens: Sequence[int],
+        now: float | None = None,
+        prompt: int = 0,
+        asked: int = 0,
+        n_vocab: int | None = None,
     ) -> tuple[tuple[Corpus, ...], list[str]]:
-        """Keep a reply (its token ids), used ``now`` (default: the time), the answer to the
-        prompt ``asked`` (``suffix.prompt_hash``; 0: not known) and, where it is greedy, to
-        ``prompt`` (0: not greedy), which marks the same reply kept before as reproduced;
-        answers as ``load``, with the history as written. An empty reply, or one longer than the
-        cap, is not kept. A failed write is a warning, not an error: drafting goes on from what
-        was kept."""
-        reply = as_reply(reply_tokens)
+        """Keep a reply (its token ids, below ``n_vocab`` where it is given: as ``load``), used
+        ``now`` (default: the time), the answer to the prompt ``asked`` (``suffix.prompt_hash``;
+        0: not known) and, where it is greedy, to ``prompt`` (0: not greedy), which marks the
+        same reply kept before as reproduced; answers as ``load``, with the history as written.
+        An empty reply, or one longer than the cap, is not kept. A failed write is a warning,
+        not an error: drafting goes on from what was kept."""
+        reply = as_reply(reply_tokens, n_vocab)
         if not 0 < len(reply) <= self.cap_tokens:
-            return self.load(key)
+            return self.load(key, n_vocab)
         now = time.time() if now is None else now
         folder = self.folder(key)
         try:
             with locked(folder / LOCK):
-                segments, warnings = self._read_all_locked(folder, key)
+                segments, warnings = self._read_all_locked(folder, key, n_vocab)
                 changed = self._with_reply(segments["base"], segments["recent"], reply, now, prompt, asked)
                 for name, corpus in changed.items():
-                    self._write(folder / f"{name}.npz", key, corpus)
+                    self._write(folder / f"{name}.npz", key, corpus, n_vocab)
         except OSError as e:
-            segments_now, warnings_now = self.load(key)
+            segments_now, warnings_now = self.load(key, n_vocab)
             return segments_now, [*warnings_now, f"{folder}: this reply was not kept ({e})"]
         return _kept(list({**segments, **changed}.values())), warnings
 
-    def _read_all_locked(self, folder: Path, key: str) -> tuple[dict[str, Corpus], list[str]]:
+    def _read_all_locked(
+        self, folder: Path, key: str, n_vocab: int | None = None
+    ) -> tuple[dict[str, Corpus], list[str]]:
         segments: dict[str, Corpus] = {}
         warnings: list[str] = []
         for name in SEGMENTS:
-            segments[name], warning = self._read_locked(folder, name, key)
+            segments[name], warning = self._read_locked(folder, name, key, n_vocab)
             warnings += [warning] if warning else []
         return segments, warnings
 
@@ -253,16 +272,19 @@ class HistoryStore:
 
 
 # --- the files ------------------------------------------------------------------------------
-def read_segment(path: Path, key: str) -> Corpus:
+def read_segment(path: Path, key: str, n_vocab: int | None = None) -> Corpus:
     """The corpus ``path`` holds (an empty one when there is no file); ``NotAHistory`` (or
-    another of ``DAMAGED``) when it is not one of ``key``'s."""
+    another of ``DAMAGED``) when it is not one of ``key``'s, or holds a token id of
+    ``n_vocab`` or more (None: ids are not checked against a vocabulary)."""
     try:
+        size = path.stat().st_size
         z = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         return Corpus()
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise NotAHistory("one array, not a history's")
     with z:
+        _check_sizes(z, size)
         version = _check_header(z, key)
         arrays = {}
         for name, dtype in arrays_of(version).items():
@@ -273,10 +295,58 @@ def read_segment(path: Path, key: str) -> Corpus:
     for name in SINCE:  # an array an older format's file lacks: nothing known
         arrays.setdefault(name, np.zeros(len(arrays["starts"]), dtype=ARRAYS[name]))
     corpus = Corpus(**arrays)
-    corpus.check()
+    # the starts first: Corpus.check indexes the tokens with them
     if not np.array_equal(corpus.starts, np.flatnonzero(corpus.tokens == suffix.SEP)[:-1] + 1):
         raise NotAHistory("its replies do not start where its separators say")
+    corpus.check()
+    _check_ids(corpus, n_vocab)
+    _check_suffix_array(corpus)
     return corpus
+
+
+# the .npy header readers by format version; localspec writes 1.0 (2.0: a header over 64 KiB)
+NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _check_sizes(z: np.lib.npyio.NpzFile, limit: int) -> None:
+    """NotAHistory when an array's header claims more bytes than the whole file (``limit``)
+    holds: numpy allocates what a header claims before it reads the data, so a damaged shape
+    would ask for terabytes. localspec writes its arrays uncompressed (``np.savez``)."""
+    archive = z.zip
+    assert archive is not None  # (None only once the file is closed)
+    for name in z.files:
+        with archive.open(f"{name}.npy") as f:
+            read_header = NPY_HEADERS.get(np.lib.format.read_magic(f))
+            if read_header is None:
+                raise NotAHistory(f"{name} is in a .npy format this localspec does not write")
+            shape, _, dtype = read_header(f)
+        claimed = math.prod(shape) * dtype.itemsize
+        if claimed > limit:
+            raise NotAHistory(f"{name} claims {claimed:,} bytes, more than the {limit:,} of the whole file")
+
+
+def _check_suffix_array(corpus: Corpus) -> None:
+    """NotAHistory unless ``rsa`` is the suffix array of the reversed tokens, which the
+    drafter searches as sorted (``suffix.match_corpus``): checked in linear time, as a
+    permutation whose neighbours are in order (Burkhardt and Kärkkäinen 2003): the first tokens
+    ascend, and where two are equal, the suffixes after them are in the order of their ranks
+    (the empty suffix first). Strictly ascending pairs are distinct, so there is no position twice."""
+    text, sa, n = corpus.reversed, corpus.rsa.astype(np.int64), len(corpus.tokens)
+    if len(sa) != n or (n and (int(sa.min()) < 0 or int(sa.max()) >= n)):
+        raise NotAHistory("its suffix array points outside its tokens")
+    rank = np.full(n + 1, -1, dtype=np.int64)  # rank[n]: the empty suffix, before every other
+    rank[sa] = np.arange(n)
+    first, after = text[sa], rank[sa + 1]
+    ascending = (first[:-1] < first[1:]) | ((first[:-1] == first[1:]) & (after[:-1] < after[1:]))
+    if not ascending.all():
+        raise NotAHistory("its suffix array is not the sorted order of its tokens")
+
+
+def _check_ids(corpus: Corpus, n_vocab: int | None) -> None:
+    """NotAHistory when a token id is not in the tokenizer's vocabulary of ``n_vocab``."""
+    ids = corpus.tokens[corpus.tokens != suffix.SEP]
+    if n_vocab is not None and len(ids) and int(ids.max()) >= n_vocab:
+        raise NotAHistory(f"token id {int(ids.max())} is not in this tokenizer's vocabulary of {n_vocab:,}")
 
 
 def arrays_of(version: int) -> dict[str, type]:
@@ -340,12 +410,14 @@ def _set_aside(path: Path, e: Exception) -> str:
 
 
 # --- the replies ----------------------------------------------------------------------------
-def as_reply(tokens: Sequence[int]) -> np.ndarray:
-    """``tokens`` as a row of uint32; a ValueError for what no tokenizer gives (a negative id,
-    or the separator's)."""
+def as_reply(tokens: Sequence[int], n_vocab: int | None = None) -> np.ndarray:
+    """``tokens`` as a row of uint32; a ValueError for what the tokenizer does not give (a
+    negative id, one of ``n_vocab`` or more, or the separator's): kept, it would have the whole
+    file set aside at its next read."""
+    end = min(n_vocab, int(suffix.SEP)) if n_vocab is not None else int(suffix.SEP)
     ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
-    if len(ids) and (ids.min() < 0 or ids.max() >= int(suffix.SEP)):
-        raise ValueError(f"token ids run from 0 to {int(suffix.SEP) - 1} (got {ids.min()}..{ids.max()})")
+    if len(ids) and (ids.min() < 0 or ids.max() >= end):
+        raise ValueError(f"token ids run from 0 to {end - 1} (got {ids.min()}..{ids.max()})")
     return ids.astype(np.uint32)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,20 +31,31 @@ LEAD_IN = DEFAULT.suffix_depth
 SAMPLED_TOKENS = 4096
 
 
-def tokenizer_key(model) -> str:
-    """A short name for ``model``'s tokenizer: its vocabulary size and a sample of its tokens."""
+@dataclass(frozen=True)
+class TokenizerKey:
+    """The history a model's replies belong to: ``key``, a short name for its tokenizer (the
+    history's folder), and ``n_vocab``, its vocabulary size, which every id in the history
+    must be below: a file is checked against it before anything is sized from its ids."""
+
+    key: str
+    n_vocab: int
+
+
+def tokenizer_key(model) -> TokenizerKey:
+    """``model``'s tokenizer, named by its vocabulary size and a sample of its tokens."""
     n = model.n_vocab
     h = hashlib.sha256(str(n).encode())
     for t in np.unique(np.linspace(0, n - 1, min(n, SAMPLED_TOKENS)).astype(np.int64)):
         h.update(model.token_bytes(int(t)) + b"\x00")
-    return h.hexdigest()[:16]
+    return TokenizerKey(h.hexdigest()[:16], n)
 
 
 class PastReplies:
     """The replies kept for one tokenizer: loaded once, and each new reply added through the store."""
 
-    def __init__(self, store, key: str) -> None:
-        self.store, self.key = store, key
+    def __init__(self, store, tokenizer: TokenizerKey) -> None:
+        self.store, self.tokenizer = store, tokenizer
+        self.key = tokenizer.key  # the store's name for this history
         self._corpora, self.warnings = self._load()
 
     def corpora(self) -> Sequence[Corpus]:
@@ -59,12 +71,12 @@ class PastReplies:
         tokens = [int(t) for t in prompt[-LEAD_IN:]] + [int(t) for t in reply]
         asked = prompt_hash(prompt)
         self._corpora, warnings = self._ready(
-            *self.store.add(self.key, tokens, time.time(), asked if greedy else 0, asked)
+            *self.store.add(self.key, tokens, time.time(), asked if greedy else 0, asked, self.tokenizer.n_vocab)
         )
         self.warnings += warnings
 
     def _load(self) -> tuple[tuple[Corpus, ...], list[str]]:
-        return self._ready(*self.store.load(self.key))
+        return self._ready(*self.store.load(self.key, self.tokenizer.n_vocab))
 
     @staticmethod
     def _ready(corpora: Sequence[Corpus], warnings: Sequence[str]) -> tuple[tuple[Corpus, ...], list[str]]:

@@ -19,7 +19,8 @@ from typing import Literal
 
 import numpy as np
 
-from ..core.costs import MIN_SAMPLES, CostModel, calibrate, recheck
+from ..core.calibration import calibrate, recheck
+from ..core.costs import MIN_SAMPLES, CostModel
 from ..core.engine import SpeculativeEngine, Step
 from ..core.explain import DraftingState, explain
 from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
@@ -29,7 +30,7 @@ from ..core.sampling import SamplingParams
 from ..core.suffix import Corpus
 from ..llama.compat import Compatibility, check_compatible
 from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
-from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, model_key
+from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, model_key, seeded_change
 from .replies import PastReplies, tokenizer_key
 
 Mode = Literal["draft", "mtp", "lookup", "none"]
@@ -117,7 +118,7 @@ def profile_keys(spec: PairSpec, machine: str, threads: int | None, plan: Offloa
     return ProfileKeys(target, model_key(spec.draft, machine, threads, plan.draft_layers if plan else None))
 
 
-# Tuning choice: verify sizes measured at load (3 rounds, see costs.calibrate); the others are
+# Tuning choice: verify sizes measured at load (3 rounds, see calibration.calibrate); the others are
 # interpolated, then measured when a step verifies them. Sizes past 8 pay only on a
 # memory-bound target, where drafts the draft model is sure of run past k and reach them.
 CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8)
@@ -167,13 +168,15 @@ class Session:
                 curve.seed(n, seconds)
         for seconds in self._draft_history():
             draft_cost.seed(seconds)
+        self._change = curve.change  # this load's, for the profile; 0 where nothing settles (a CPU)
+        curve.change = seeded_change(curve.change, self._kept("target"))
         self.costs = CostModel(curve, draft_cost)  # the pair's; each mode's controller shares the curve
         self._costs_at_load = CostModel(curve.points(), draft_cost.seconds)  # a copy: seeded replies (modes.repeatable)
         self.modes: ModeRegistry = builtin_modes()  # the bench registers its own beside these
         # by mode, longest draft, and whether it is the seeded replies' (modes.repeatable)
         self._drafting: dict[tuple[DraftingMode, int, bool], Drafting] = {}
         self._saved = False  # this load's measurements are in the profile's history
-        self._checked = False  # a reply has started: the calibration's T(1) was checked (costs.recheck)
+        self._checked = False  # a reply has started: the calibration's T(1) was checked (calibration.recheck)
         self.save_profile()
 
     @classmethod
@@ -461,7 +464,8 @@ class Session:
         try:
             amend = self._saved
             verify = self.costs.verify.points(own=True)  # this load's, not the history it was seeded with
-            self.profiles.update(keys.target, self.spec.target, verify=verify, use=self._use, amend=amend)
+            target, change = self.spec.target, self._change
+            self.profiles.update(keys.target, target, verify=verify, use=self._use, amend=amend, change=change)
             if self.draft is not None and self.costs.t_draft and keys.draft:
                 own = self.costs.own_t_draft  # this load's, not the history it was seeded with
                 path = self.spec.draft or self.spec.target

@@ -69,6 +69,16 @@ def register(sub) -> None:
         "PCT/K drafts K tokens every step",
     )
     p.add_argument(
+        "--verdicts",
+        nargs="?",
+        const="",  # the default pair's, shipped (bench.verdicts.DEFAULT_PAIR)
+        default=None,
+        metavar="FILE",
+        help="also run the draft model replaying a real pair's recorded verdicts ('verdicts'): its passes "
+        "and auto mode's controller at this machine's cost, the tokens right where the real pair's draft "
+        "was (greedy only; scripts/record_verdicts.py writes FILE; alone: the default Qwen pair's, shipped)",
+    )
+    p.add_argument(
         "--sweep",
         action="store_true",
         help="also run fixed draft configurations (k in 2,3,4,6,8 x p_min in 0,0.75) beside "
@@ -79,6 +89,13 @@ def register(sub) -> None:
         action="store_true",
         help="also run the target alone a second time ('control'), interleaved like every mode: "
         "its speed-up against the first is this run's noise",
+    )
+    p.add_argument(
+        "--changing",
+        action="store_true",
+        help="with a draft model: also run draft mode as if a change of batch size cost nothing "
+        "('changing': every verify as long as its draft), interleaved; on a GPU, beside 'draft', what "
+        "the steady verify sizes are worth",
     )
     p.add_argument(
         "--cold",
@@ -149,6 +166,7 @@ def cmd_repeated(args) -> int:
     args.mtp = wants_mtp(args)
     own = "draft" if args.draft else "mtp" if args.mtp else "lookup"
     modes = args.modes.split(",") if args.modes else ["none", own, own + repeated.HISTORY]
+    modes = drafting_modes(modes, args.draft_max)
     session = load_session(args, history=False)  # each mode is given a history of its own
     unknown = [m for m in modes if m.removesuffix(repeated.HISTORY) not in session.modes]
     if unknown:
@@ -169,21 +187,42 @@ def cmd_repeated(args) -> int:
     return 0
 
 
+def drafting_modes(modes: list[str], draft_max: int) -> list[str]:
+    """``modes`` as they run at ``--draft-max`` (``options.drafting_mode``), each once: at 0 every
+    drafting mode is the target alone, as the session loaded for it is (``spec_and_options``)."""
+    return list(dict.fromkeys(options.drafting_mode(m, draft_max) or m for m in modes))
+
+
 def check_bench_flags(args) -> str | None:
     """The bench's own flags, in options' words (the model flags are checked by load_session)."""
     problems = [options.check("temperature", t) for t in args.temperature or []]
     problems.append(options.check("max_tokens", args.max_tokens) if args.max_tokens is not None else None)
     if args.resume and not args.cold:
         problems.append("--resume continues an unfinished --cold bench: give --cold (and its --json file)")
+    problems.append(verdicts_problem(args))
     if args.repeats is not None and args.repeats < 1:
         problems.append(f"--repeats must be at least 1 (got {args.repeats})")
     problems.append(recording_problem(args))
     return next((f"error: {p}" for p in problems if p), None)
 
 
+def verdicts_problem(args) -> str | None:
+    """Why --verdicts cannot run with these flags (None: it can, or it is not given)."""
+    if args.verdicts is None:
+        return None
+    if args.record or args.replay or args.cold or args.repeated is not None:
+        return "--verdicts is a mode of the warm bench: not with --record, --replay, --cold or --repeated"
+    if any(t != 0 for t in args.temperature or []):
+        return "--verdicts replays greedy verdicts: only at --temp 0"
+    if args.target and not args.draft:
+        return "--verdicts spends a draft model's passes: give --draft"
+    return None
+
+
 def cmd_bench(args) -> int:
     from ..bench import modes as bench_modes
     from ..bench import report, runner, suites
+    from ..bench import verdicts as bench_verdicts
 
     problem = check_bench_flags(args)
     if problem:
@@ -230,6 +269,13 @@ def cmd_bench(args) -> int:
         )
         return 2
     modes += [f"oracle-{o}" for o in args.oracle]
+    try:
+        given = args.verdicts or bench_verdicts.DEFAULT_PAIR
+        recorded = bench_verdicts.load(given) if args.verdicts is not None else None
+    except ValueError as e:
+        print(f"error: --verdicts {e}", file=sys.stderr)
+        return 2
+    modes += [bench_modes.VERDICTS] if recorded else []
     if args.sweep:
         if not (args.draft or args.mtp):
             print(
@@ -238,26 +284,32 @@ def cmd_bench(args) -> int:
             )
             return 2
         modes += bench_modes.sweep_modes()
+    modes = drafting_modes(modes, args.draft_max)
     if args.compare_rules:
         modes += [f"{m}:match" for m in modes if m != "none"]
     if args.control:
         modes.append(bench_modes.CONTROL)
+    if args.changing and args.draft:
+        modes.append(bench_modes.CHANGING)
     lookup = args.lookup
     args.lookup = False  # the session loads target + draft; lookup is a mode of the same session
     session = load_session(args, history=False)  # one-off prompts: no reply drafts from another's
     try:
-        rep = runner.run_bench(session, suite, modes, args.temperature or [0.0], repeats, progress=StepProgress())
+        rep = runner.run_bench(
+            session, suite, modes, args.temperature or [0.0], repeats, progress=StepProgress(), verdicts=recorded
+        )
     except ContextOverflow as e:
         print(f"\nerror: a prompt of the suite does not fit: {e}", file=sys.stderr)
         return 4
     finally:
         session.close()
     rep["lookup"] = lookup
+    rep["verdicts"] = recorded.pair if recorded else None
     return write_report(args, rep, report.markdown)
 
 
 # what --cold cannot combine with: it runs its own three configurations, each in its own process
-COLD_EXCLUDES = ("lookup", "sweep", "control", "oracle", "compare_rules")
+COLD_EXCLUDES = ("lookup", "sweep", "control", "oracle", "compare_rules", "changing")
 
 
 def cmd_cold(args, suite: dict) -> int:

@@ -99,8 +99,14 @@ def sampling_from(args) -> SamplingParams:
 
 
 def spec_and_options(args) -> tuple[PairSpec, LoadOptions]:
+    """The pair and the load's options from the flags (run, serve and bench load with these):
+    with ``--draft-max 0`` the target alone (``options.drafting_mode``), so no draft is loaded
+    and no mode is built that would draft at most 0 tokens."""
+    drafting = flags.from_args(DraftOptions, args)
     spec = PairSpec(args.target, args.draft, lookup=args.lookup, mtp=wants_mtp(args))
-    return spec, load_options(flags.from_args(ModelOptions, args), flags.from_args(DraftOptions, args))
+    if options.drafting_mode(spec.mode, drafting.draft_max) == "none":
+        spec = PairSpec(args.target)
+    return spec, load_options(flags.from_args(ModelOptions, args), drafting)
 
 
 def wants_mtp(args) -> bool:

@@ -208,6 +208,7 @@ def _serve_session(args, model_id: str, sockets: list[socket.socket], session, l
         session.mode,
         session.draft is not None,
         session.target.n_ctx,
+        session.options.draft_max,
     )
     config = server.ServerConfig(
         api_key=args.api_key,

@@ -43,12 +43,13 @@ class Tries:
 
     def price_of(self, rates: np.ndarray, k: int, behind: int = 0) -> float:
         """What a try of ``k`` drafts is expected to lose: the draft's catch-up on the ``behind``
-        tokens it has not read, and its trial's shortfall against the target alone, each step at
-        least ``min_gain`` - 1 of its time (the work the speed model leaves out)."""
+        tokens it has not read, its trial's shortfall against the target alone, each step at
+        least ``min_gain`` - 1 of its time (the work the speed model leaves out), and where a
+        change of batch size costs (a GPU), the two changes into the try's size and back."""
         costs, policy = self.costs, self.policy
         catch_up = costs.read(behind) if behind >= READ_MIN else 0.0
         loss = step_seconds(costs, k) * max(1.0 - float(rates[k] / rates[0]), policy.min_gain - 1.0)
-        return catch_up + policy.trial_steps * loss
+        return catch_up + policy.trial_steps * loss + 2.0 * costs.change  # into the try's size and back
 
     def afford(self, price: float, growth: float = 0.0) -> bool:
         """Spend ``price`` if the credit holds it; ``growth``: what the catch-up grew by in the last step."""

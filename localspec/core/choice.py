@@ -18,6 +18,7 @@ class Reason(Enum):
     TRY = "try"  # off, and a try's trial is under way
     HARDWARE = "hardware"  # off: even a draft always accepted could not pay here
     ACCEPTANCE = "acceptance"  # off: at the learnt acceptance drafting does not pay
+    STEADY = "steady"  # the verify size stays: another would not save what a change of size costs
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class Choice:
     outpaced: bool = False  # off: the draft's catch-up grows faster than tries earn (Tries.outpaced)
     resumed: bool = False  # on: the last try found drafting pays again
     note: str = ""  # FIXED: what fixed it
+    # the rows the target verifies, the draft padded to them, where a change of batch size costs
+    # (a GPU; 0: as many as the draft has, plus one); STEADY: the size another choice wanted
+    rows: int = 0
+    wanted: int = 0
 
     @property
     def predicted_speedup(self) -> float:

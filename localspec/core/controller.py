@@ -21,6 +21,7 @@ from .costs import CostModel, best_k, extension_value, speeds
 from .drafters import Draft
 from .estimates import Acceptance
 from .policy import DEFAULT, Policy
+from .sizes import SteadySize
 
 
 class FixedController:
@@ -32,7 +33,7 @@ class FixedController:
         self.reason, self.policy = reason, policy  # what the drafting line says fixed it
         self.acceptance = Acceptance(policy=policy)
 
-    def choose(self, behind: Callable[[], int] | None = None) -> Choice:
+    def choose(self, behind: Callable[[], int] | None = None, budget: int | None = None) -> Choice:
         fixed = Choice(self.k, math.nan, math.nan, reason=Reason.FIXED, best_k=self.k, note=self.reason)
         if not self.costs.verify:
             return fixed
@@ -84,7 +85,8 @@ def pick_copy(
     best, best_tps = None, bar
     for copy in proposed:
         j = len(copy.ids)
-        if copy.alpha is not None and (tps := float(speeds(costs, copy.alpha, j, t_draft=0.0)[j])) > best_tps:
+        tps = float(speeds(costs, copy.alpha, j, t_draft=0.0, steady=costs.size)[j]) if copy.alpha is not None else 0
+        if tps > best_tps:
             best, best_tps = copy, tps
     if best is None or best.alpha is None:
         return None, 0
@@ -112,6 +114,7 @@ class AdaptiveController:
         self.acceptance, self.tries = Acceptance(prior, policy), Tries(costs, policy)
         self.drafted = self.resumed = False  # any draft pass run yet; the last try found drafting pays
         self._steps = 0  # this reply's
+        self.steady = SteadySize(costs, policy)  # the rows verified, where a change of size costs
         self.last: Choice | None = None
 
     @property
@@ -144,6 +147,7 @@ class AdaptiveController:
     def begin_reply(self) -> None:
         self.acceptance.begin_reply()
         self._steps = 0
+        self.steady.reset()
 
     def wants_prefill(self) -> bool:
         """The draft reads the prompt up front: drafting is on, or nothing was drafted yet and
@@ -151,10 +155,13 @@ class AdaptiveController:
         hardware = bool(self.costs.verify) and self.best_case() >= self.policy.min_gain
         return self.on() or (not self.drafted and hardware)
 
-    def choose(self, behind: Callable[[], int] | None = None) -> Choice:
-        """This step's k and why; ``behind()``: the tokens the draft must read first (for a try's price)."""
+    def choose(self, behind: Callable[[], int] | None = None, budget: int | None = None) -> Choice:
+        """This step's k and why, and where a change of batch size costs, the rows it verifies
+        (``SteadySize``); ``behind()``: the tokens the draft must read first (for a try's price);
+        ``budget``: the tokens the reply may still have (for what a change of size saves)."""
         self._steps += 1
-        self.last = self._choose(behind)
+        propose, runs = self.acceptance.propose, self.draft_max if self.extend_when_sure else 0
+        self.last = self.steady.plan(self._choose(behind), self.alpha, propose, budget, self.gated, runs)
         return self.last
 
     def pick(self, copies: Sequence[Draft], k: int, room: int = 0) -> tuple[Draft | None, int]:
@@ -202,7 +209,7 @@ class AdaptiveController:
             return trying
         perfect = self.speeds(1.0)
         if best_gain(perfect) < self.policy.min_gain:  # even drafts always accepted could not pay here
-            best = float(perfect[1:].max() / perfect[0])
+            best = float(perfect[1:].max() / perfect[0]) if len(perfect) > 1 else 1.0  # (a longest draft of 0)
             return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best)
         waits = self._steps <= self.policy.opening_steps and not self.drafted
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes

@@ -1,6 +1,6 @@
 """What a step costs on this machine: T(n), the time of one target evaluation of n tokens with
 logits on every row (a verify of n - 1 drafts), and the draft's time per pass. Both are measured,
-never assumed: ``calibrate`` times every size at load as a verify runs (a filled cache, distinct
+never assumed: ``calibration.calibrate`` times every size at load as a verify runs (a filled cache, distinct
 tokens, a logits row per token), and every verify afterwards adds a sample. Everything the
 controller, the marginal rule and the lookup gate decide rests on T, so its estimate is robust:
 a median of each size's recent samples (a thin size at its lowest), a monotone fit that lets no
@@ -10,18 +10,16 @@ and the machine's speed followed as a whole (``VerifyCurve.level``). docs/design
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import median
 
 import numpy as np
 
 from .policy import DEFAULT, Policy
-from .protocol import CachedModel
 
 # Tuning choices, each with its reason:
 WINDOW = 9  # samples kept per size: the median ignores up to 4 outliers, and a machine that
@@ -66,6 +64,9 @@ class VerifyCurve:
         self._ratios: deque[float] = deque([0.0] * LEVEL_WINDOW, maxlen=LEVEL_WINDOW)
         self._full: np.ndarray | None = None  # T(0..) until the next sample
         self._seeds: dict[int, list[float]] = {}  # size -> what earlier loads measured (``seed``)
+        # seconds a change of batch size adds at level 0 (``time_change``): 0 where the backend
+        # does not settle (a CPU); on a GPU the steady sizes of a step's plan rest on it
+        self.change = 0.0
         for n, seconds in (points or {}).items():  # a given point counts as a calibration
             for _ in range(MIN_SAMPLES):
                 self.add(n, seconds)
@@ -224,6 +225,7 @@ class DraftCost:
         self._own = 0  # samples measured here (the newest), as against seeded ones
         self._value = 0.0
         self._read: deque[float] = deque(maxlen=DRAFT_WINDOW)
+        self.change = 0.0  # seconds a change of the draft model's batch size adds (``time_change``)
         if seconds > 0:
             self.observe(1, seconds)
 
@@ -296,6 +298,9 @@ class CostModel:
         # by the rejections (sum of 1 - c) its confidences predicted, over the tokens tested.
         self.rejected = 1.0
         self.predicted_rejected = 1.0
+        # The verify size this step's plan keeps steady (``step_curve``; 0: none, every size
+        # priced at its steady cost), set by the controller where a change of size costs.
+        self.size = 0
 
     # The draft's passes and reads are kept relative to the machine's speed when they were
     # timed (the verify curve's level, which the target's verifies, drafting or not, follow):
@@ -314,11 +319,33 @@ class CostModel:
         """Seconds for the draft model to read ``n_tokens`` at once (``DraftCost.read``)."""
         return self.draft.read(n_tokens) * self.verify.time_scale
 
+    @property
+    def change(self) -> float:
+        """Seconds a change of the target's batch size adds (0 where it settles at once: a CPU)."""
+        return self.verify.change * self.verify.time_scale
+
+    @property
+    def draft_change(self) -> float:
+        """Seconds a change of the draft model's batch size adds."""
+        return self.draft.change * self.verify.time_scale
+
     def T(self, n: int) -> float:
         return self.verify.T(n)
 
     def curve(self, draft_max: int) -> np.ndarray:
         return self.verify.curve(draft_max)
+
+    def step_curve(self, draft_max: int, size: int | None = None) -> np.ndarray:
+        """T(0..draft_max) as a step pays it when the target runs steadily at ``size`` rows (None:
+        ``self.size``): a verify of up to ``size`` rows is padded to it (``T(size)``, its rows past
+        the draft read by no one), a longer one changes the size there and back, two changes more.
+        Without a steady size, or where a change costs nothing, the verify curve itself."""
+        size = self.size if size is None else size
+        curve = self.curve(draft_max)
+        if size <= 0 or not self.change:
+            return curve
+        ns = np.arange(len(curve))
+        return np.where(ns == 0, 0.0, np.where(ns <= size, self.T(size), curve + 2.0 * self.change))
 
     def observe_verify(self, n: int, seconds: float) -> None:
         self.verify.observe(n, seconds)
@@ -345,7 +372,9 @@ class CostModel:
         earlier loads: it was timed because this machine's speed now differs from theirs too.
         Without ``draft_passes`` the draft's passes are kept, at the machine's speed now."""
         scale = self.verify.time_scale
+        change = self.verify.change * scale  # not re-timed: the recheck times steady costs
         self.verify.__dict__.update(verify.copy().__dict__)
+        self.verify.change = change
         passes = draft_passes or [seconds * scale for seconds in self.draft._samples]
         self.draft.recalibrate(passes, scale)
 
@@ -369,6 +398,7 @@ def speeds(
     t_draft: float | None = None,
     verify_scale: float = 1.0,
     propose: float = 1.0,
+    steady: int | None = None,
 ) -> np.ndarray:
     """Expected tokens per second of a step that drafts k = 0..draft_max tokens (Leviathan et al.
     2023, section 3, with measured costs in place of constants):
@@ -379,11 +409,13 @@ def speeds(
     k drafts). k = 0 is the target alone. ``t_draft``: another price of a drafted token (0 for a
     copy); ``verify_scale``: T taken that much lower or higher (what if it were cheaper?);
     ``propose``: the share of draft passes that propose anything (the others cost their pass
-    and yield the target's one token). The one place this is computed: the controller, the
-    rules, the bench and the profiles call it."""
+    and yield the target's one token); ``steady``: T as a step pays it while the target runs
+    steadily at that many rows (``CostModel.step_curve``; None: the verify curve). The one place
+    this is computed: the controller, the rules, the bench and the profiles call it."""
     ks = np.arange(draft_max + 1)
     per_token = costs.t_draft if t_draft is None else t_draft
-    curve = verify_scale * costs.curve(draft_max + 1)[1:]
+    full = costs.curve(draft_max + 1) if steady is None else costs.step_curve(draft_max + 1, steady)
+    curve = verify_scale * full[1:]
     tokens, seconds = expected_tokens(alpha, ks), ks * per_token + curve
     if propose < 1.0:
         tokens = np.where(ks > 0, propose * tokens + (1.0 - propose), tokens)
@@ -405,7 +437,7 @@ def extension_value(costs: CostModel, alpha_copy: float, j: int, alpha: float, m
     ms = np.arange(m_max + 1)
     tokens = alpha_copy**j * (expected_tokens(alpha, ms) - 1.0)
     wasted = costs.read(j + 1.0 - expected_tokens(alpha_copy, j))
-    curve = costs.curve(j + m_max + 1)
+    curve = costs.step_curve(j + m_max + 1)
     seconds = np.where(ms > 0, ms * costs.t_draft + wasted, 0.0) + curve[j + 1 + ms] - curve[j + 1]
     return tokens - rate * seconds
 
@@ -417,150 +449,13 @@ def best_k(rates: np.ndarray, min_gain: float) -> int:
     return k if rates[k] >= min_gain * rates[0] else 0
 
 
+def pays_to_change(rate_now: float, rate_new: float, tokens: float, change: float) -> bool:
+    """Whether a step plan that makes ``rate_new`` tokens a second in place of ``rate_now`` saves
+    more than ``change`` seconds (a change of batch size) over the next ``tokens`` tokens: the one
+    rule by which a steady verify size changes."""
+    return rate_now > 0 and rate_new > 0 and tokens * (1.0 / rate_now - 1.0 / rate_new) > change
+
+
 def step_seconds(costs: CostModel, k: int) -> float:
     """The modelled time of a step that drafts k tokens: k draft passes and a verify of k + 1."""
     return k * costs.t_draft + costs.T(k + 1)
-
-
-# --- calibration ---------------------------------------------------------------------------
-# Tuning choice: a short filled cache like a chat's (attention over it is part of a verify's
-# cost), of real text so the tokens are distinct and ordinary; 48 tokens keep the load fast.
-CALIBRATION_TEXT = (
-    'def merge_intervals(intervals):\n    """Merge overlapping intervals and return them sorted."""\n'
-    "    result = []\n    for start, end in sorted(intervals):\n        if result and start <= result[-1][1]:\n"
-    "            result[-1][1] = max(result[-1][1], end)\n        else:\n            result.append([start, end])\n"
-    "    return result\n\nThe function sorts the intervals by their start, then walks them once. "
-)
-CALIBRATION_PREFIX = 48
-
-
-def calibration_tokens(model: CachedModel, n: int) -> list[int]:
-    """``n`` ordinary, distinct-looking token ids of this model (its own tokenizer)."""
-    ids = [t for t in model.tokenize(CALIBRATION_TEXT, add_bos=False, special=False) if not model.is_eog(t)]
-    if not ids:
-        ids = list(range(1, min(model.n_vocab, 64)))
-    return [ids[i % len(ids)] for i in range(n)]
-
-
-def time_sizes(
-    model: CachedModel,
-    sizes: Iterable[int],
-    repeats: int,
-    prefix: int = CALIBRATION_PREFIX,
-    warmup: int = 0,
-    on_top: bool = False,
-    once: Iterable[int] = (),
-) -> dict[int, list[float]]:
-    """Seconds of one evaluation of n tokens with n logits rows, after ``prefix`` cached tokens
-    (whose evaluation pages the weights in), for each size that fits the context: ``warmup``
-    untimed rounds, then ``repeats`` timed rounds across all sizes, so that a burst of noise
-    lands on different sizes in different rounds; the sizes ``once``, in the last round only. A
-    model that settles (``CachedModel.settle``: on a GPU) has each size timed in a run of its
-    own instead, after that many untimed evaluations: its steady cost, which the verify curve
-    holds (``CachedModel.steady``). The cache is restored; ``on_top``: one that holds tokens
-    already (a conversation) is timed on top of them instead, and not evaluated again."""
-    once = {n for n in once if 1 <= n <= model.n_ctx}
-    sizes = sorted({n for n in sizes if 1 <= n <= model.n_ctx} | once)
-    out: dict[int, list[float]] = {n: [] for n in sizes}
-    run = sizes if model.settle else []  # sizes timed in a run of their own
-    with timing_prefix(model, max(sizes, default=1), prefix, on_top) as (tokens, prefix):
-        for n in run:  # each after a change of size: ``settle`` untimed evaluations
-            untimed = max(warmup, model.settle)
-            for r in range(untimed + (1 if n in once else repeats)):
-                seconds = time_one(model, tokens[prefix : prefix + n], prefix)
-                if r >= untimed:
-                    out[n].append(seconds)
-        for r in range(warmup + repeats):
-            last = r == warmup + repeats - 1
-            for n in (n for n in sizes if n not in run and (last or n not in once)):
-                seconds = time_one(model, tokens[prefix : prefix + n], prefix)
-                if r >= warmup:
-                    out[n].append(seconds)
-    return out
-
-
-@contextlib.contextmanager
-def timing_prefix(
-    model: CachedModel, largest: int, prefix: int = CALIBRATION_PREFIX, on_top: bool = False
-) -> Iterator[tuple[list[int], int]]:
-    """The cache set up for timing evaluations of up to ``largest`` tokens: ``prefix`` cached
-    tokens of calibration text (fewer where the context is short), or with ``on_top`` the
-    conversation it holds; checkpointed, so each evaluation rolls back to it (``time_one``).
-    Yields the calibration tokens and the prefix's length; the cache is restored after."""
-    saved = list(model.cached)
-    on_top = on_top and 0 < len(saved) <= model.n_ctx - largest
-    prefix = len(saved) if on_top else max(0, min(prefix, model.n_ctx - largest))
-    tokens = calibration_tokens(model, prefix + largest)
-    try:
-        if not on_top:
-            model.truncate(0)
-            if prefix:
-                model.evaluate(tokens[:prefix], 1)
-        model.checkpoint()
-        yield tokens, prefix
-    finally:
-        model.sync(saved)
-
-
-def time_one(model: CachedModel, tokens: list[int], prefix: int) -> float:
-    """Seconds to evaluate ``tokens`` with a logits row each; the cache is rolled back to ``prefix``."""
-    t0 = clock()
-    model.evaluate(tokens, len(tokens))
-    seconds = clock() - t0
-    model.truncate(prefix)
-    return seconds
-
-
-def calibrate(
-    target: CachedModel,
-    sizes: Sequence[int] = (1, 2, 3, 4, 6, 8),
-    draft: CachedModel | None = None,
-    repeats: int = 3,
-    prefix: int = CALIBRATION_PREFIX,
-    warmup: int = 0,
-    once: Sequence[int] = (),
-) -> tuple[VerifyCurve, DraftCost]:
-    """The target's verify curve (``once``: sizes timed in one round, see time_sizes) and the
-    draft's pass time, measured here. No warm-up round by default: a first-use spike is one
-    sample of three, which the median ignores, and the load stays short (a few seconds for a
-    1.5B target and a 0.5B draft on 2 CPU cores)."""
-    curve = VerifyCurve(samples=time_sizes(target, sizes, repeats, prefix, warmup, once=once))
-    draft_cost = DraftCost()
-    if draft is not None:
-        for s in time_sizes(draft, (1,), repeats, prefix, warmup).get(1, []):
-            draft_cost.observe(1, s)
-        draft_cost.observe_read(prefix, time_read(draft, prefix))
-    return curve, draft_cost
-
-
-def recheck(
-    costs: CostModel, target: CachedModel, sizes: Sequence[int], draft: CachedModel | None = None, probe: bool = False
-) -> bool:
-    """Between replies, on top of the caches (left as they were): where the machine's speed
-    ``moved`` since the calibration, or a ``probe`` of T(1) (the best of two) ``differs`` from it,
-    time the curve and the draft's pass again in place of the calibration: one round of every
-    size, beside the probe's T(1)s (a size with fewer than MIN_SAMPLES is read at its lowest
-    until the verifies fill its window), so the reply that pays for it waits about one pass of
-    each size. Whether it did."""
-    probed = time_sizes(target, (1,), 2, on_top=True) if probe else {}
-    moved = costs.verify.moved or costs.verify.differs(1, min(probed.get(1, [0.0])))
-    if moved:
-        fresh = time_sizes(target, sizes, 1, on_top=True)
-        fresh[1] = fresh.get(1, []) + probed.get(1, [])
-        passes = time_sizes(draft, (1,), 2, on_top=True).get(1, []) if draft is not None else []
-        costs.recalibrate(VerifyCurve(samples=fresh), passes)
-    return moved
-
-
-def time_read(model: CachedModel, n: int) -> float:
-    """Seconds to read ``n`` tokens into an empty cache (the weights are paged in by then:
-    ``time_sizes`` ran first). The cache is restored."""
-    saved = list(model.cached)
-    n = min(n, model.n_ctx)
-    try:
-        model.truncate(0)
-        t0 = clock()
-        model.evaluate(calibration_tokens(model, n), 1)
-        return clock() - t0
-    finally:
-        model.sync(saved)

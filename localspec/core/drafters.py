@@ -147,10 +147,10 @@ class ModelDrafter(DrafterBase):
         context = [*context, *after] if after else context
         n_read = len(context) - known - common_prefix(self.model.cached[known:], context[known:])
         t0 = _costs.clock()
+        n_evals = caught_up = self._catch_up(context, known, n_read)
         rows = self.model.sync(context, n_logits=1, known=known)
         read_seconds = _costs.clock() - t0 if n_read >= _costs.READ_MIN else 0.0
         assert rows is not None  # sync returns the rows asked for
-        n_evals = 1
         ids: list[int] = []
         qs: list[np.ndarray] = []
         conf: list[float] = []
@@ -170,7 +170,7 @@ class ModelDrafter(DrafterBase):
                 break
             if self.model.is_eog(token):  # an accepted end ends the reply: no token after it is kept
                 break
-            if n_evals == 1:  # the passes after this one are rolled back after the verify
+            if n_evals == caught_up:  # the passes after this one are rolled back after the verify
                 self.model.checkpoint()
             rows = self.model.evaluate([token], 1)
             n_evals += 1
@@ -184,6 +184,17 @@ class ModelDrafter(DrafterBase):
             read_seconds=read_seconds,
             source=self.source,
         )
+
+    def _catch_up(self, context: Sequence[int], known: int, n_read: int) -> int:
+        """Where a change of the draft model's batch size costs more than the passes it saves (a
+        GPU: ``CostModel.draft_change``), read the tokens it has not seen one at a time but the
+        last, so every pass keeps one size; the passes this added, and the first pass (1)."""
+        costs = self.costs
+        if costs is None or n_read < 2 or (n_read - 1) * costs.t_draft >= 2.0 * costs.draft_change:
+            return 1
+        for end in range(len(context) - n_read + 1, len(context)):
+            self.model.sync(context[:end], known=known)
+        return n_read
 
     def prefill(self, context: Sequence[int]) -> None:
         """Read the prompt (all but its last token, which the first draft reads) up front;

@@ -49,7 +49,7 @@ class Step:
     token: int  # the target's own token: correction, or bonus if all were kept
     emitted: tuple[int, ...]  # tokens added to the reply (cut at EOS / max tokens)
     text: str  # new complete text (whole UTF-8 characters, stop strings removed)
-    k: int  # draft length the controller asked for
+    model_k: int  # the draft length the controller's speed model asked for (a copy, a sure run may differ)
     predicted_speedup: float  # controller's expectation for k vs the target alone
     prefill_seconds: float  # prompt evaluation (first step only)
     draft_seconds: float
@@ -59,6 +59,12 @@ class Step:
     source: str = ""  # where the drafts came from: "context", "history", "draft", "mtp" ("": none drafted)
     extended: tuple[str, int] | None = None  # a copy the draft model extended: its source, its tokens (the last)
     n_copied: int = 0  # the first drafts that a copy proposed (the rest: the drafter's own)
+    n_padded: int = 0  # rows verified past the draft to keep the batch size steady (Choice.rows)
+
+    @property
+    def k(self) -> int:
+        """The draft length: the tokens this step proposed (a copy's and an extension's included)."""
+        return len(self.drafted)
 
     @property
     def overhead_seconds(self) -> float:
@@ -97,7 +103,7 @@ class SpeculativeEngine:
             controller = FixedController(CostModel(), 0) if no_draft else AdaptiveController(CostModel())
         self.controller: Controller = controller
         # called once the prompt is in the cache, before the reply's first decision (the
-        # session checks there whether the costs still hold: ``costs.recheck``)
+        # session checks there whether the costs still hold: ``calibration.recheck``)
         self.after_prefill: Callable[[], object] | None = None
 
     def generate(
@@ -138,7 +144,7 @@ class SpeculativeEngine:
 
     def _step(self, context, params, rng, stream, budget, room, prefill, picked) -> Step:
         t_start = _costs.clock()
-        choice = self.controller.choose(lambda: self.drafter.behind(context))
+        choice = self.controller.choose(lambda: self.drafter.behind(context), budget)
         # drafting past the token budget or the context is wasted work
         draft_max = max(0, min(budget - 1, room - 1))
         k = min(choice.k, draft_max)
@@ -154,9 +160,10 @@ class SpeculativeEngine:
             draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
         t1 = _costs.clock()
         drafted = draft.ids[: through_eog(self.target, draft.ids[:draft_max])]  # a copy may run past k
-        batch = context + list(drafted)
-        prepare_rollback(self.target, len(drafted))
-        n_rows, known = len(drafted) + 1, known_prefix(self.target, context)
+        padding = pad(self.target, context, drafted, choice.rows)
+        batch = context + list(drafted) + padding
+        prepare_rollback(self.target, len(drafted) + len(padding))
+        n_rows, known = len(batch) - len(context) + 1, known_prefix(self.target, context)
         if picked:  # verify: the target's greedy tokens, picked where it computed the logits
             choices = self.target.sync_greedy(batch, n_rows, known)
             t2 = _costs.clock()
@@ -166,7 +173,7 @@ class SpeculativeEngine:
             t2 = _costs.clock()
             verdict = self._accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
-        self._learn(draft, copy, copies, drafted, verdict, len(batch) - len(context) + 1, t1 - t0, t2 - t1)
+        self._learn(draft, copy, copies, drafted, verdict, n_rows, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
         emitted, finish = cut(self.target, kept, budget)
         context.extend(kept)
@@ -181,7 +188,7 @@ class SpeculativeEngine:
             token=verdict.token,
             emitted=tuple(emitted),
             text=text,
-            k=k,
+            model_k=k,
             predicted_speedup=choice.predicted_speedup,
             prefill_seconds=prefill,
             draft_seconds=t1 - t0,
@@ -191,6 +198,7 @@ class SpeculativeEngine:
             source=(draft.source or self.drafter.name) if drafted else "",
             extended=(draft.extension.source, len(draft.extension.ids)) if draft.extension else None,
             n_copied=min(draft.n_copied, len(drafted)) if draft.match else 0,  # a suffix match's, in any mode
+            n_padded=len(padding),
         )
 
     def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
@@ -264,6 +272,16 @@ def cut(target: CachedModel, kept: list[int], budget: int) -> tuple[list[int], F
     return kept, None
 
 
+def pad(target: CachedModel, context: list[int], drafted: Sequence[int], rows: int) -> list[int]:
+    """Tokens after the draft that bring the verify to ``rows`` rows (the plan's steady size,
+    ``Choice.rows``), as far as the context has room: on a backend that pays for a change of
+    batch size (a GPU) a row past a short draft costs next to nothing. Their logits are read by
+    no one and the rollback drops them with the rejected drafts; any token of the vocabulary
+    serves, and the draft's last one (or the pending token) is one."""
+    n = min(rows - len(drafted) - 1, target.n_ctx - len(context) - len(drafted))
+    return [drafted[-1] if drafted else context[-1]] * max(n, 0)
+
+
 def prepare_rollback(target: CachedModel, n_droppable: int) -> None:
     """The rollback after a verify drops up to every draft and padding token: a target whose
     snapshots do not reach that far (a recurrent or hybrid cache) keeps a checkpoint first, so
@@ -292,7 +310,7 @@ def final_step(stream: TextStream, finish: Finish, prefill: float) -> Step:
         token=-1,
         emitted=(),
         text=stream.flush(),
-        k=0,
+        model_k=0,
         predicted_speedup=float("nan"),
         prefill_seconds=prefill,
         draft_seconds=0.0,

@@ -71,6 +71,8 @@ def _words(c: Choice, costs: CostModel) -> DraftingState:
             f"earned (checking 2 tokens costs {check2:.2f} passes, acceptance so far {c.alpha:.0%})"
         )
         return DraftingState(True, c.k, why, draft_cost=draft_cost, verify_cost=check2)
+    if c.reason is Reason.STEADY:
+        return _steady(c, costs)
     if c.reason is Reason.TRY:
         off = _off(c, costs)
         return DraftingState(True, c.k, f"trying k={c.k} for a few steps, as {off.why}", draft_cost=draft_cost)
@@ -95,6 +97,18 @@ def _on(c: Choice, costs: CostModel) -> DraftingState:
         f"acceptance {c.alpha:.0%}){extended}"
     )
     return DraftingState(True, k, why, draft_cost=draft_cost, verify_cost=verify, expected_speedup=c.best_speedup)
+
+
+def _steady(c: Choice, costs: CostModel) -> DraftingState:
+    """The verify size kept: the size another choice wanted would not save a change of it."""
+    t1, draft_cost, _ = _units(costs)
+    kept = f"k={c.k}, checking {c.rows} tokens, padded," if c.k else "the target alone"
+    wanted = "the target alone" if c.wanted == 1 else f"checking {c.wanted} tokens"
+    why = (
+        f"{kept} kept: {wanted} would not save what a change of batch size costs "
+        f"({costs.change / t1:.2f} passes) over the tokens ahead (acceptance {c.alpha:.0%})"
+    )
+    return DraftingState(c.k > 0, c.k, why, draft_cost=draft_cost, verify_cost=costs.T(max(c.rows, 1)) / t1)
 
 
 def _off(c: Choice, costs: CostModel) -> DraftingState:

@@ -25,7 +25,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -155,6 +155,18 @@ with warnings.catch_warnings():
             description="Draft from the replies this machine gave before (kept in the data dir, see "
             "`localspec history`), and keep each new one; off: nothing is read or written.",
         )
+
+
+M = TypeVar("M", bound=str | None)  # a drafting mode's name, or None for the pair's own
+
+
+def drafting_mode(mode: M, draft_max: int | None) -> M | Literal["none"]:
+    """The drafting mode that runs when ``mode`` (a drafting mode's name; None: the pair's own)
+    is asked for with a longest draft of ``draft_max`` (None: not said here, the load's): the
+    target alone at 0. ``--draft-max 0``, a settings file's ``draft_max: 0`` and a request's
+    ``speculative.n_max: 0`` all mean "never draft", and every entry point asks this one rule,
+    so none of them builds a mode that would draft at most 0 tokens."""
+    return "none" if draft_max == 0 else mode
 
 
 Rule = Literal["speculative", "match"]

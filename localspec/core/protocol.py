@@ -32,7 +32,7 @@ class CachedModel(ABC):
     # on a CPU; llama.cpp's GPU backends 2 (CUDA re-captures its graph after every change of
     # batch size and runs the next two evaluations without one, up to 1.5x slower). The verify
     # curve holds steady costs: the calibration times each size after this many untimed
-    # evaluations (``costs.time_sizes``), and a verify that was not ``steady`` is no sample.
+    # evaluations (``calibration.time_sizes``), and a verify that was not ``steady`` is no sample.
     settle: int = 0
     # Whether it can read tokens the target has not evaluated (a copy, to draft on from): a
     # separate model can; a draft that reads the target's hidden states (MTP, an assistant) cannot.

@@ -28,7 +28,9 @@ class MarginalRule:
         self.k, self.draft_max = k, max(draft_max, k)
         self.sure = True  # every token so far had raw confidence >= policy.sure
         self.p_chain, self.expected, self.n, self.passes = 1.0, 1.0, 0, 1
-        self._curve = costs.curve(self.draft_max + 1)  # read once: the draft's tokens all use it
+        # read once: the draft's tokens all use it; where the step's verify is padded to a steady
+        # size its rows are paid for, and a draft past it pays two changes of size
+        self._curve = costs.step_curve(self.draft_max + 1)
 
     @property
     def draft_max_now(self) -> int:
@@ -99,7 +101,8 @@ class LookupGate:
             return available
         available = self.reach(n, available) if earned else available
         alpha = self.alpha(n) if alpha is None else alpha
-        return best_k(speeds(self.costs, alpha, available, t_draft=0.0), self.policy.min_gain)
+        rates = speeds(self.costs, alpha, available, t_draft=0.0, steady=self.costs.size)
+        return best_k(rates, self.policy.min_gain)
 
     def reach(self, n: Hashable, available: int) -> int:
         """The longest copy of kind ``n`` (at most ``available``) whose verify costs at most twice

@@ -98,6 +98,12 @@ class Profile:
     # the last HISTORY loads' measurements, of which verify and draft_pass are the medians
     verify_history: dict[int, list[float]] = field(default_factory=dict)
     draft_pass_history: list[float] = field(default_factory=list)
+    # seconds a change of batch size adds (``calibration.time_change``), where loads measured one (a GPU)
+    change_history: list[float] = field(default_factory=list)
+
+    @property
+    def change(self) -> float | None:
+        return float(np.median(self.change_history)) if self.change_history else None
 
     @property
     def alone_tps(self) -> float | None:
@@ -210,14 +216,17 @@ class ProfileStore:
         draft_pass: float | None = None,
         use: Mapping[str, Use] | None = None,
         amend: bool = False,
+        change: float | None = None,
     ) -> Profile:
-        """Add a load's curve and draft pass to the history (the profile's are their medians:
+        """Add a load's curve, draft pass and change of batch size to the history (the profile's are their medians:
         ``HISTORY``), or with ``amend`` replace the newest entry (the same load, measured
         longer); add use to use. The lock is held from the read to the write, so an update
         from another process is never lost."""
         with locked(self.path):
             profiles = self._load_locked()
             p = self._updated(profiles.get(key) or Profile(str(model), ""), verify, draft_pass, use, amend)
+            if change:
+                p.change_history = _history(p.change_history, float(change), amend)
             profiles[key] = p
             self._write_locked(profiles)
         return p
@@ -272,6 +281,7 @@ def _merged(older: Profile, newer: Profile | None) -> Profile:
     p.verify = {n: float(np.median(ts)) for n, ts in p.verify_history.items()}
     p.draft_pass_history = [*_draft_history(older), *_draft_history(newer)][-HISTORY:]
     p.draft_pass = float(np.median(p.draft_pass_history)) if p.draft_pass_history else None
+    p.change_history = [*older.change_history, *newer.change_history][-HISTORY:]
     for how in set(older.use) | set(newer.use):
         p.use[how] = older.use.get(how, Use()) + newer.use.get(how, Use())
     return p
@@ -308,7 +318,15 @@ def _profile(raw: dict) -> Profile:
         use={how: Use(**u) for how, u in raw.get("use", {}).items()},
         verify_history={int(n): [float(t) for t in ts] for n, ts in raw.get("verify_history", {}).items()},
         draft_pass_history=[float(t) for t in raw.get("draft_pass_history", [])],
+        change_history=[float(t) for t in raw.get("change_history", [])],
     )
+
+
+def seeded_change(own: float, profile: Profile | None) -> float:
+    """What a change of batch size costs: the median of this load's measurement and the earlier
+    loads' (the profile's), so one load timed in a burst is outvoted; 0 where nothing settles."""
+    kept = profile.change_history if profile else []
+    return float(np.median([own, *kept])) if own and kept else own
 
 
 @dataclass(frozen=True)

@@ -207,6 +207,8 @@ class Served:
     mode: Mode  # the default drafting mode
     has_draft: bool
     n_ctx: int
+    # the load's longest draft (--draft-max), which a request that names none drafts up to
+    draft_max: int = options.DraftOptions.model_fields["draft_max"].default
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +237,7 @@ def parse_job(kind: Kind, data: Any, served: Served) -> Job:
     check_model(req.model, served)
     check_options(req)
     spec = req.speculative or Speculative()
-    mode = "none" if spec.n_max == 0 else spec.type or served.mode
+    mode = options.drafting_mode(spec.type or served.mode, served.draft_max if spec.n_max is None else spec.n_max)
     own = served.mode if served.has_draft and served.mode in MODEL_MODES else None  # what drafts here
     if mode in MODEL_MODES and mode != own:
         what = {"draft": "a draft model", "mtp": "a target with MTP layers"}[mode]

@@ -21,6 +21,7 @@ from ..chat.history import HistoryStore
 from ..chat.session import IncompatiblePair, LoadOptions, PairSpec, load_options
 from ..chat.store import ChatStore
 from ..core.modes import MODEL_MODES
+from ..core.options import drafting_mode
 from ..settings import Settings, data_dir, load_settings, save_settings, settings_path
 from .chat import KEYS, ChatScreen
 from .screens.app_settings import SettingsScreen
@@ -258,7 +259,12 @@ class LocalspecApp(App):
         self.load_pair(PairSpec(target, draft, choice.mode == "lookup", mtp=choice.mode == "mtp"), pair.name)
 
     def load_pair(self, spec: PairSpec, label: str | None = None) -> None:
+        """Load ``spec`` with the settings' options: with a longest draft of 0, the target alone
+        (``options.drafting_mode``), so no draft is loaded that would never draft."""
         self.chat_screen.abandon_reply()
+        load = self._load_options()
+        if drafting_mode(spec.mode, load.draft_max) == "none":
+            spec = PairSpec(spec.target)
         label = label or f"{spec.target.name} + {spec.drafter}"
         if self._loading is not None and self._loading in self.screen_stack:
             self._loading.say(f"switching to {label}")  # one loading screen, the newest load wins
@@ -266,7 +272,7 @@ class LocalspecApp(App):
             self._loading = LoadingScreen(label)
             self.push_screen(self._loading)
         self.load_id += 1
-        self._load_worker(self.load_id, spec, self._load_options(), label)
+        self._load_worker(self.load_id, spec, load, label)
 
     def _load_options(self) -> LoadOptions:
         return load_options(self.settings, self.settings.draft)  # the settings are a ModelOptions

@@ -166,6 +166,15 @@ class TestSweep:
             md.read_text()
         )
 
+    def test_changing_runs_draft_mode_with_every_verify_as_long_as_its_draft(self, tiny_pair, tmp_path):
+        suite = tmp_path / "suite.json"
+        suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
+        out = tmp_path / "r.json"
+        args = ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--changing", "--threads", "1"]
+        assert main([*args, "--ctx", "512", "--suite", str(suite), "--json", str(out)]) == 0
+        rows = {r["mode"]: r for r in json.loads(out.read_text())["rows"]}
+        assert {"none", "draft", bench_modes.CHANGING} <= set(rows) and rows[bench_modes.CHANGING]["identical"]
+
     def test_plots_are_drawn_after_a_run_and_again_from_its_json(self, tiny_pair, tmp_path, capsys):
         suite = tmp_path / "suite.json"
         suite.write_text(json.dumps({**SUITE, "prompts": SUITE["prompts"][:1]}))
@@ -271,6 +280,47 @@ class TestOracleModes:
         assert rc == 2
         assert "0 to 100" in capsys.readouterr().err
         assert main(["bench", "--target", str(tiny_pair[0]), "--oracle", "50/0"]) == 2
+
+
+class TestVerdictsMode:
+    def test_the_target_keeps_what_the_recording_says(self, tiny_pair, tmp_path):
+        """p1's draft agreed everywhere, p2's nowhere; k fixed at 4 (--no-adapt), so every step
+        drafts and the acceptance is the recording's alone."""
+        suite, recording, out = tmp_path / "suite.json", tmp_path / "tiny+pair.json", tmp_path / "r.json"
+        suite.write_text(json.dumps(SUITE))
+        recorded = {
+            "pair": "tiny+pair",
+            **{"target": "t.gguf", "draft": "d.gguf", "llama_cpp_python": "0.3.36", "date": "2026-01-01"},
+            "prompts": [
+                {"id": "p1", "suite": "tiny", "n": 12, "agree": "1" * 12, "confidence": [90] * 12},
+                {"id": "p2", "suite": "tiny", "n": 12, "agree": "0" * 12, "confidence": [90] * 12},
+            ],
+        }
+        recording.write_text(json.dumps(recorded))
+        model = ["--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--threads", "1", "--ctx", "512"]
+        fixed = ["--no-adapt", "--draft-max", "4", "--suite", str(suite), "--json", str(out)]
+        assert main(["bench", *model, *fixed, "--verdicts", str(recording)]) == 0
+        rep = json.loads(out.read_text())
+        rows = {(r["prompt_id"], r["mode"]): r for r in rep["rows"]}
+        right, wrong = rows[("p1", "verdicts")], rows[("p2", "verdicts")]
+        assert right["acceptance_rate"] == 1.0 and right["tokens_per_pass"] > 3 and right["identical"] is True
+        assert wrong["acceptance_rate"] == 0.0 and wrong["tokens_per_pass"] == 1.0 and wrong["identical"] is True
+        assert rep["verdicts"] == "tiny+pair"
+
+    @pytest.mark.parametrize(
+        "flags, message",
+        [
+            (["--verdicts"], "error: --verdicts spends a draft model's passes: give --draft"),
+            (["--draft", "D", "--verdicts", "--temp", "0.7"], "error: --verdicts replays greedy verdicts"),
+            (["--draft", "D", "--verdicts", "--cold"], "error: --verdicts is a mode of the warm bench"),
+            (["--draft", "D", "--verdicts", "nowhere.json"], "error: --verdicts nowhere.json: cannot read"),
+        ],
+    )
+    def test_what_it_cannot_run_with_is_refused_before_anything_loads(self, tiny_pair, capsys, flags, message):
+        flags = [str(tiny_pair[1]) if f == "D" else f for f in flags]
+        assert main(["bench", "--target", str(tiny_pair[0]), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and "Traceback" not in err
 
 
 def cold_run(config: str, repeat: int, tps: float, drafted: int, text: str = "same") -> cold.ColdRun:
@@ -549,10 +599,15 @@ class TestSizeChange:
         from localspec.bench.measure import size_change
 
         target = self.timed_target(monkeypatch, penalty)
-        change = size_change(SimpleNamespace(target=target), k=4, prefix=20)
+        from localspec.core.costs import CostModel
+
+        loaded = CostModel({1: 0.005})
+        loaded.verify.change = 0.002  # what the load timed (calibration.time_change)
+        change = size_change(SimpleNamespace(target=target, costs=loaded), k=4, prefix=20)
         m = change["seconds"]
         assert m["one"] == pytest.approx(0.005) and m["k"] == pytest.approx(0.008)
         # the verify after one-token steps and the two one-token steps after it pay the penalty
         assert change["extra_seconds"] == pytest.approx((penalty - 1) * (0.008 + 2 * 0.005))
         assert change["extra_over_t1"] == pytest.approx(change["extra_seconds"] / 0.005)
+        assert change["at_load_seconds"] == pytest.approx(0.002)
         assert target.cached == [5, 6, 7]

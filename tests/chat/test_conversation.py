@@ -17,7 +17,7 @@ from localspec.chat.conversation import (
     answer_draft_chars,
     split_draft_chars,
 )
-from localspec.chat.session import ContextOverflow
+from localspec.chat.session import ContextOverflow, LoadOptions, PairSpec
 from localspec.chat.store import ChatStore
 from localspec.core.sampling import SamplingParams
 from localspec.settings import Settings
@@ -142,6 +142,15 @@ class TestSending:
         c.send("hi")
         reply(c)
         assert session.calls[0]["mode"] == "lookup" and c.history[-1].meta["stats"]["mode"] == "lookup"
+
+    def test_a_pair_loaded_never_to_draft_runs_the_chats_mode_as_the_target_alone(self, store):
+        session = FakeSession(list(HELLO), spec=PairSpec(Path("t.gguf")), options=LoadOptions(draft_max=0))
+        c = conversation(store, session)
+        c.update_chat(mode="lookup")  # chosen before, on a pair that drafted
+        c.send("hi")
+        reply(c)
+        assert session.calls[0]["mode"] == "none" and c.history[-1].status == "done"
+        assert c.mode_shown == "none" and c.history[-1].meta["stats"]["mode"] == "none"
 
     def test_invalid_chat_sampling_warns_and_uses_the_settings(self, store):
         session = FakeSession(list(HELLO))

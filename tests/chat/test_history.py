@@ -1,18 +1,26 @@
 """localspec/chat/history.py: the past replies kept on disk per tokenizer, two segments each,
-what a damaged or foreign file comes to, and two processes adding at once."""
+what a damaged or foreign file comes to (random damage to each array included), and two
+processes adding at once."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import multiprocessing
 import os
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from localspec.chat import history
 from localspec.chat.history import FORMAT, MERGE_MIN_TOKENS, HistoryStore
+from localspec.chat.replies import PastReplies, TokenizerKey
 from localspec.core import suffix
 
 KEY = "0a1b2c"
@@ -239,7 +247,9 @@ class TestReadsOnlyWhatChanged:
         (base,) = store.load(KEY)[0]
         parsed: list[str] = []
         real = history.read_segment
-        monkeypatch.setattr(history, "read_segment", lambda path, key: parsed.append(path.name) or real(path, key))
+        monkeypatch.setattr(
+            history, "read_segment", lambda path, key, *vocab: parsed.append(path.name) or real(path, key, *vocab)
+        )
         segments, _ = store.add(KEY, reply(3, 10**6), now=1.0)
         assert segments[0] is base and "base.npz" not in parsed  # the same object, its offsets kept
         assert [c.n_replies for c in store.load(KEY)[0]] == [1, 1] and parsed == []  # both as written
@@ -291,10 +301,29 @@ class TestDamagedFiles:
         elif how == "pickled":
             with open(path, "wb") as f:
                 np.savez(f, tokens=np.array([{"a": 1}], dtype=object))
+        elif how in ("encrypted", "unknown compression"):  # one zip header field changed
+            data = bytearray(path.read_bytes())
+            central = data.rfind(b"PK\x01\x02")  # the last member's entry in the zip's directory
+            if how == "encrypted":
+                data[central + 8] |= 1  # its flags
+            else:
+                data[central + 10] = 99  # its method
+            path.write_bytes(bytes(data))
         return path
 
     @pytest.mark.parametrize(
-        "how", ["random bytes", "truncated", "one array", "other arrays", "wrong dtype", "inconsistent", "pickled"]
+        "how",
+        [
+            "random bytes",
+            "truncated",
+            "one array",
+            "other arrays",
+            "wrong dtype",
+            "inconsistent",
+            "pickled",
+            "encrypted",
+            "unknown compression",
+        ],
     )
     def test_a_damaged_or_foreign_file_is_set_aside(self, store, how):
         path = self.spoil_recent(store, how)
@@ -373,6 +402,219 @@ class TestDamagedFiles:
         finally:
             folder.chmod(0o755)
         assert segments == () and all("Permission denied" in w for w in warnings) and len(warnings) == 2
+
+
+# --- checked against the tokenizer, whatever the damage ----------------------------------------
+N_VOCAB = 1000  # the tokenizer the files below belong to
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray], claims: dict[str, tuple[int, ...]] | None = None) -> None:
+    """A segment file as ``np.savez`` writes one (an uncompressed zip of .npy members), except
+    that a member's header may claim another shape than the data it holds (``claims``)."""
+    claims = claims or {}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, a in arrays.items():
+            member = io.BytesIO()
+            header = np.lib.format.header_data_from_array_1_0(a)
+            np.lib.format.write_array_header_1_0(member, {**header, "shape": claims.get(name, a.shape)})
+            member.write(np.ascontiguousarray(a).tobytes())
+            z.writestr(f"{name}.npy", member.getvalue())
+
+
+def file_of(corpus: suffix.Corpus) -> dict[str, np.ndarray]:
+    """The arrays a segment file of ``corpus`` holds, as ``write_segment`` writes them."""
+    arrays = {name: np.array(getattr(corpus, name)) for name in history.ARRAYS}
+    return {**arrays, "version": np.array(FORMAT, dtype=np.int64), "key": np.array(KEY)}
+
+
+def past_replies(root: Path, n_vocab: int = N_VOCAB) -> PastReplies:
+    """What a session on a tokenizer of ``n_vocab`` tokens reads (``Session.replies``)."""
+    return PastReplies(HistoryStore(root), TokenizerKey(KEY, n_vocab))
+
+
+@contextlib.contextmanager
+def allocations_bounded(extra: int = 2 << 30):
+    """An allocation past ``extra`` more bytes of address space fails with MemoryError while the
+    block runs, instead of taking the machine's memory: a read that sizes an array from a
+    damaged value (np.arange of 4 billion ids, 29.8 GiB) shows as an error of the test."""
+    try:
+        import resource
+
+        pages = int(Path("/proc/self/statm").read_text().split()[0])
+    except (ImportError, OSError):  # not Linux: nothing to bound with
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (pages * os.sysconf("SC_PAGE_SIZE") + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def assert_a_history(corpus: suffix.Corpus) -> None:
+    """``corpus`` is exactly what its own replies build (its arrays agree with one another and
+    its suffix array is theirs), every id is in the vocabulary, and matching reads it."""
+    built = suffix.build(corpus.replies(), corpus.used, corpus.prompts, corpus.asked)
+    for name in history.ARRAYS:
+        assert np.array_equal(getattr(corpus, name), getattr(built, name), equal_nan=name == "used"), name
+    assert int(corpus.tokens[corpus.tokens != suffix.SEP].max()) < N_VOCAB
+    assert len(corpus.first_offsets) <= N_VOCAB + 1
+    for r in corpus.replies():
+        assert suffix.match_corpus(corpus, r.astype(np.int64), depth=8, max_ends=4).length >= 1
+
+
+class TestCheckedAgainstTheTokenizer:
+    """A file is checked against the tokenizer it belongs to before anything is sized from it;
+    one that fails is set aside as a damaged one is, and drafting goes on without it."""
+
+    def test_an_id_past_the_vocabulary_sets_the_file_aside_and_the_other_segment_drafts(self, tmp_path):
+        store = HistoryStore(tmp_path)
+        store.add(KEY, reply(MERGE_MIN_TOKENS + 1, 0), now=1.0, n_vocab=10**6)  # base
+        path = tmp_path / KEY / "recent.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        spoilt = file_of(suffix.build([[5, 6, 7], [8, 9]]))
+        spoilt["tokens"][2] = 4_000_000_000  # the issue's damage: one id of a kept reply
+        write_npz(path, spoilt)
+        with allocations_bounded():
+            replies = past_replies(tmp_path, n_vocab=10**6)
+        (warning,) = replies.warnings
+        assert warning.startswith(f"{path}: token id 4000000000 is not in this tokenizer's vocabulary of 1,000,000")
+        assert "set aside as recent.npz.bad-" in warning and set_aside(path.parent) == ["recent.npz"]
+        assert [c.n_tokens for c in replies.corpora()] == [MERGE_MIN_TOKENS + 1]  # base still drafts
+        replies.keep(list(range(20)), [1, 2, 3])  # and the next reply is kept
+        assert kept(store)[-1][-3:] == [1, 2, 3]
+
+    def test_the_same_file_passes_for_a_larger_vocabulary_and_listing_it_sets_nothing_aside(self, tmp_path):
+        path = tmp_path / KEY / "recent.npz"
+        path.parent.mkdir(parents=True)
+        write_npz(path, file_of(suffix.build([[5, 6, 7], [8, 2000]])))
+        assert HistoryStore(tmp_path).summary()[0].replies == 2  # `localspec history` knows no tokenizer
+        assert past_replies(tmp_path, n_vocab=2001).warnings == []
+        assert (
+            "token id 2000 is not in this tokenizer's vocabulary of 2,000" in past_replies(tmp_path, 2000).warnings[0]
+        )
+
+    def test_a_reply_past_the_vocabulary_is_not_kept(self, tmp_path):
+        with pytest.raises(ValueError, match="token ids run from 0 to 999"):
+            HistoryStore(tmp_path).add(KEY, [5, 1000], n_vocab=N_VOCAB)
+        assert not (tmp_path / KEY / "recent.npz").exists()
+
+    @pytest.mark.parametrize(
+        ("name", "claim", "words"),
+        [
+            ("tokens", (10**12,), "tokens claims 4,000,000,000,000 bytes, more than the"),
+            ("rsa", (2**40,), "rsa claims 4,398,046,511,104 bytes"),
+            ("key", (10**9,), "key claims"),
+        ],
+    )
+    def test_a_header_that_claims_more_than_the_file_holds_allocates_nothing(self, tmp_path, name, claim, words):
+        path = tmp_path / KEY / "recent.npz"
+        path.parent.mkdir(parents=True)
+        write_npz(path, file_of(suffix.build([[5, 6, 7]])), claims={name: claim})
+        with allocations_bounded():
+            replies = past_replies(tmp_path)
+        assert replies.corpora() == () and words in replies.warnings[0] and "set aside" in replies.warnings[0]
+
+    def test_a_suffix_array_out_of_order_is_set_aside(self, tmp_path):
+        arrays = file_of(suffix.build([[5, 6, 7], [5, 6, 8]]))
+        arrays["rsa"][[1, 2]] = arrays["rsa"][[2, 1]]  # a permutation still, not sorted
+        path = tmp_path / KEY / "recent.npz"
+        path.parent.mkdir(parents=True)
+        write_npz(path, arrays)
+        assert "its suffix array is not the sorted order of its tokens" in past_replies(tmp_path).warnings[0]
+
+
+# the values a damaged element may take: each dtype's extremes, the vocabulary's edge, the
+# separator, small numbers near the arrays' lengths, anything
+INTERESTING = {
+    "u": [0, 1, N_VOCAB - 1, N_VOCAB, 4_000_000_000, int(suffix.SEP) - 1, int(suffix.SEP)],
+    "i": [-(2**31), -1, 0, 1, 2, 5, 2**31 - 1],
+}
+
+
+PAST_THE_VOCABULARY = st.sampled_from([N_VOCAB, 4_000_000_000, int(suffix.SEP) - 1]) | st.integers(
+    N_VOCAB, int(suffix.SEP) - 1
+)
+
+
+def element(dtype: np.dtype):
+    info = np.iinfo(dtype) if dtype.kind in "iu" else None
+    if info is None:
+        return st.floats(allow_nan=True, allow_infinity=True)
+    edges = [v for v in INTERESTING[dtype.kind] if info.min <= v <= info.max]
+    return st.one_of(
+        st.sampled_from(edges), st.integers(-3, 40).filter(lambda v: v >= info.min), st.integers(info.min, info.max)
+    )
+
+
+# what a damage is done to: each array of a file, and a reply's token id put past the
+# vocabulary with the suffix array sorted again to agree, so that only the id is wrong
+TARGETS = [*history.ARRAYS, "an id, sorted again"]
+HOWS = ["set", "drop", "add", "swap", "empty", "dtype", "claim"]
+
+
+@st.composite
+def damage(draw, arrays: dict[str, np.ndarray], target: str) -> tuple[dict, dict[str, tuple[int, ...]]]:
+    """``arrays`` with one to three random damages to ``target`` (``TARGETS``): an element
+    changed, dropped, added or swapped, the array emptied or stored as another dtype, or its
+    header claiming another length than the data it holds; and the claims made."""
+    arrays, claims = {name: a.copy() for name, a in arrays.items()}, {}
+    if target not in history.ARRAYS:
+        tokens = arrays["tokens"]
+        tokens[draw(st.sampled_from(np.flatnonzero(tokens != suffix.SEP).tolist()))] = draw(PAST_THE_VOCABULARY)
+        arrays["rsa"] = suffix.suffix_array(tokens[::-1])
+        return arrays, claims
+    for how in draw(st.lists(st.sampled_from(HOWS), min_size=1, max_size=3)):
+        a = arrays[target]
+        at = draw(st.integers(0, max(len(a) - 1, 0)))
+        if how == "set" and len(a):
+            a[at] = draw(element(a.dtype))
+        elif how == "drop" and len(a):
+            a = np.delete(a, at)
+        elif how == "add":
+            a = np.insert(a, at, draw(element(a.dtype)))
+        elif how == "swap" and len(a):
+            other = draw(st.integers(0, len(a) - 1))
+            a[[at, other]] = a[[other, at]]
+        elif how == "empty":
+            a = a[:0]
+        elif how == "dtype":
+            with np.errstate(invalid="ignore"):  # nan as an integer: any value will do
+                a = a.astype(draw(st.sampled_from([np.int64, np.uint32, np.float64, np.int32])))
+        elif how == "claim":
+            claims[target] = (draw(st.sampled_from([0, len(a) + 1, 2**31, 2**40])),)
+        arrays[target] = a
+    return arrays, claims
+
+
+ANY_REPLIES = st.lists(st.lists(st.integers(0, N_VOCAB - 1), min_size=1, max_size=12), min_size=1, max_size=5)
+
+
+class TestAnyDamage:
+    """Random damage to each array of a segment file: reading it either gives a history that is
+    exactly what its replies build, or sets the file aside with a warning; it never raises, and
+    never allocates from a damaged value (``allocations_bounded``)."""
+
+    @pytest.mark.parametrize("target", TARGETS)
+    @settings(max_examples=20, deadline=None, database=None)
+    @given(replies=ANY_REPLIES, data=st.data())
+    def test_reading_gives_valid_arrays_or_sets_the_file_aside(self, target, replies, data):
+        corpus = suffix.build(replies, np.arange(len(replies), dtype=np.float64), asked=range(1, len(replies) + 1))
+        arrays, claims = data.draw(damage(file_of(corpus), target))
+        with tempfile.TemporaryDirectory() as root:
+            path = Path(root) / KEY / "recent.npz"
+            path.parent.mkdir()
+            write_npz(path, arrays, claims)
+            with allocations_bounded():
+                read = past_replies(Path(root))
+            if read.warnings:
+                (warning,) = read.warnings
+                assert warning.startswith(str(path)) and "set aside as recent.npz.bad-" in warning
+                assert not path.exists() and read.corpora() == ()
+            else:
+                for c in read.corpora():
+                    assert_a_history(c)
 
 
 def hold_lock(path: Path, held, done) -> None:

@@ -1,6 +1,7 @@
 """Drafts from past replies on tiny real GGUFs: a reply is kept, a new session drafts the same
 reply from it, and the output stays the target's own."""
 
+import numpy as np
 import pytest
 
 from localspec.chat.history import HistoryStore
@@ -99,6 +100,34 @@ class TestHistoryDrafts:
         assert store.load("0" * 16)[0] == ()
 
 
+class TestADamagedHistory:
+    def test_an_id_past_the_vocabulary_is_set_aside_and_the_reply_goes_on(self, tiny_pair, tmp_path):
+        """Issue 66: one id of a kept reply changed to 4,000,000,000 (past the vocabulary, below
+        the separator) stopped every reply on that tokenizer sizing a table by it (29.8 GiB)."""
+        store = HistoryStore(tmp_path / "history")
+        first = load(tiny_pair, store)
+        try:
+            ref, _ = reply(first, "none")
+            folder, n_vocab = store.folder(first.replies.key), first.target.n_vocab
+        finally:
+            first.close()
+        path = folder / "recent.npz"
+        with np.load(path) as z:
+            arrays = {name: z[name] for name in z.files}
+        arrays["tokens"][-2] = 4_000_000_000  # the kept reply's last token
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+        again = load(tiny_pair, store)
+        try:
+            (warning,) = again.replies.warnings
+            got, _ = reply(again, "lookup")
+        finally:
+            again.close()
+        assert f"token id 4000000000 is not in this tokenizer's vocabulary of {n_vocab:,}" in warning
+        assert "set aside as recent.npz.bad-" in warning and got == ref
+        assert [s.replies for s in store.summary()] == [1]  # this reply, kept anew
+
+
 def target_p(s, ids, params):
     """The target alone's processed distribution after ``ids`` (from empty caches)."""
     import numpy as np
@@ -114,7 +143,7 @@ def propose_every_step(s, store, ids, x, monkeypatch):
     """The history holds one reply, x x x after the prompt's last LEAD_IN tokens, and keeps no
     other, so x is every step's proposal."""
     store.add(s.replies.key, ids[-LEAD_IN:] + [x, x, x], 0.0)
-    s.replies = type(s.replies)(store, s.replies.key)  # read the history again
+    s.replies = type(s.replies)(store, s.replies.tokenizer)  # read the history again
     monkeypatch.setattr(s.replies, "keep", lambda prompt, reply, greedy: None)
 
 
@@ -213,7 +242,7 @@ class TestProfileUse:
 
         s = load(tiny_pair, HistoryStore(tmp_path / "history"), draft=True)
         try:
-            fields = dict(drafted=(1, 2, 3), n_accepted=3, token=4, emitted=(1, 2, 3, 4), text="", k=3)
+            fields = dict(drafted=(1, 2, 3), n_accepted=3, token=4, emitted=(1, 2, 3, 4), text="", model_k=3)
             times = dict(predicted_speedup=1.0, prefill_seconds=0.0, draft_seconds=0.0, verify_seconds=0.1)
             for source, n_copied in (("history", 3), ("context", 3), ("draft", 0)):
                 s._count("draft", Step(**fields, **times, step_seconds=0.1, source=source, n_copied=n_copied))

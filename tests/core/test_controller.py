@@ -2,18 +2,21 @@
 best k for the true cost curve on timed fakes (a virtual clock: the timings are exact)."""
 
 import math
+import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from localspec.core import costs as costs_module
+from localspec.core import engine as engine_module
+from localspec.core.calibration import calibrate
 from localspec.core.controller import (
     AdaptiveController,
     FixedController,
     Reason,
 )
-from localspec.core.costs import READ_MIN, CostModel, calibrate, expected_tokens, speeds
+from localspec.core.costs import READ_MIN, CostModel, expected_tokens, speeds
 from localspec.core.drafters import Draft, ModelDrafter, NoDrafter
 from localspec.core.engine import SpeculativeEngine
 from localspec.core.estimates import Acceptance
@@ -100,7 +103,7 @@ class TestReach:
         engine = SpeculativeEngine(target, mode.new_drafter(ReplySpec(len(PROMPT))), mode.controller)
         steps = list(engine.generate(list(PROMPT), GREEDY, 40))
         assert [t for s in steps for t in s.emitted] == oracle_greedy(certain, PROMPT, 40)
-        assert max(len(s.drafted) - s.k for s in steps) > 0  # runs went past the controller's k
+        assert max(len(s.drafted) - s.model_k for s in steps) > 0  # runs went past the controller's k
         budget = 40
         for s in steps:
             assert len(s.drafted) <= budget - 1  # drafting past the budget is wasted work
@@ -256,7 +259,7 @@ class TestMeasuredDraftCost:
         slow = NoisyOracleDrafter(fn, alpha=0.9, clock=clock, t_draft=0.03)
         c = AdaptiveController(CostModel({n: 0.01 + 0.0001 * n for n in (1, 2, 4, 8)}, t_draft=0.0001), draft_max=4)
         steps = list(SpeculativeEngine(target, slow, c).generate(PROMPT, GREEDY, 80))
-        ks = [s.k for s in steps]
+        ks = [s.model_k for s in steps]
         assert ks[0] > 0 and ks[1] == 0  # it liked drafting, until it timed a pass
         assert sum(k > 0 for k in ks) <= P.trial_steps and c.costs.t_draft > c.costs.T(1)
         plain = SpeculativeEngine(FakeModel(fn, V), NoDrafter(), FixedController(CostModel({1: 1.0}), 0))
@@ -351,7 +354,7 @@ def run_timed(
     ctl = AdaptiveController(CostModel(verify, t_draft), draft_max=draft_max)
     drafter = NoisyOracleDrafter(fn, alpha, clock, t_draft, seed=7)
     run_timed.steps = list(SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, steps))
-    return ctl, [s.k for s in run_timed.steps]
+    return ctl, [s.model_k for s in run_timed.steps]
 
 
 def good_enough(curve, alpha, t_draft, draft_max, k):
@@ -405,15 +408,151 @@ class TestSettlingBackend:
     def test_the_target_alone_speed_stays_its_steady_one(self, monkeypatch, alpha):
         t1 = run_settling(monkeypatch, alpha)
         assert t1 == pytest.approx(graph_like(1), rel=0.05)
-        if alpha > 0.9:  # it drafted, at sizes that change
-            assert len({s.k for s in run_settling.steps}) > 2
+        if alpha > 0.9:  # it drafted
+            assert sum(len(s.drafted) for s in run_settling.steps) > 100
 
     def test_a_backend_that_says_it_does_not_settle_reads_the_changes_into_t1(self, monkeypatch):
         # (what the flag is for: without it the interleaved calibration reads T(1) after other sizes)
         assert run_settling(monkeypatch, 0.97, settle=0) > 1.15 * graph_like(1)
 
 
+class TestSteadySizes:
+    """Where a change of batch size costs (a GPU), a step's plan keeps the verify's size: the
+    draft padded to it, another size only where it saves a change over the tokens ahead."""
+
+    def settled(self, change: float, alpha: float = 0.9) -> AdaptiveController:
+        costs = CostModel({1: 1.0, 2: 1.1, 3: 1.2, 4: 1.35, 6: 1.7, 8: 2.1}, 0.1)  # at 0.9: k = 5
+        costs.verify.change = change
+        return AdaptiveController(costs, draft_max=8, prior=alpha)
+
+    def test_on_a_cpu_no_rows_are_planned(self):
+        ctl = self.settled(0.0)
+        choice = ctl.choose()
+        assert choice.rows == 0 and ctl.costs.size == 0 and choice.k > 0
+
+    def test_a_steady_size_is_the_best_k_plus_one_and_held_against_a_small_gain(self):
+        ctl = self.settled(1.0)
+        first = ctl.choose(budget=200)
+        assert first.reason is Reason.ON and first.rows == first.k + 1 == ctl.costs.size
+        ctl.observe(first.k, first.k - 1)  # the model now wants a shorter draft ...
+        held = ctl.choose(budget=200)  # ... but it saves less than a change of size costs
+        assert held.best_k < first.k and held.wanted == held.best_k + 1
+        assert held.reason is Reason.STEADY and held.rows == first.rows and held.k == first.k
+        assert "padded" in explain(held, ctl.costs).why
+
+    def test_a_size_changes_where_the_gain_pays_for_the_change(self):
+        ctl = self.settled(0.2)  # a change costs a fifth of a pass
+        first = ctl.choose(budget=200)
+        for _ in range(6):
+            ctl.observe(first.k, 0)  # every draft rejected: a short draft saves far more than 0.2
+        shorter = ctl.choose(budget=200)
+        assert shorter.reason is Reason.ON and shorter.rows == shorter.k + 1 < first.rows
+
+    def test_the_reply_s_budget_bounds_what_a_change_may_save(self):
+        ctl = self.settled(1.0, alpha=0.0)
+        assert ctl.choose(budget=200).rows == 1  # off
+        ctl.acceptance = Acceptance(0.95)  # drafting pays, more than a change costs over 200 tokens
+        assert ctl.choose(budget=200).rows > 1
+        ctl2 = self.settled(1.0, alpha=0.0)
+        ctl2.choose(budget=1)
+        ctl2.acceptance = Acceptance(0.95)
+        assert ctl2.choose(budget=1).rows == 1  # one token left: a change would not pay
+
+    def test_a_try_counts_its_two_changes(self):
+        ctl = self.settled(0.0)
+        charged = self.settled(3.0)
+        rates = ctl.speeds()
+        assert charged.tries.price_of(rates, 2) == pytest.approx(ctl.tries.price_of(rates, 2) + 6.0)
+
+
+def run_charged(monkeypatch, alpha, steps=200, padding=True):
+    """The engine on a backend whose every change of batch size costs CHANGE more (the first
+    evaluation after it), measured at load as a session does; returns the target's evaluation
+    sizes during the reply and the reply's virtual seconds."""
+    clock = VirtualClock()
+    monkeypatch.setattr(costs_module, "clock", clock)
+    if not padding:
+        monkeypatch.setattr(engine_module, "pad", lambda *a: [])
+    fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
+    sizes: list[int] = []
+
+    def seconds(n, call):
+        changed = bool(sizes) and sizes[-1] != n
+        sizes.append(n)
+        return graph_like(n) + (CHANGE if changed else 0.0)
+
+    target = TimedModel(fn, V, clock, seconds)
+    target.settle = 2
+    verify, _ = calibrate(target, (1, 2, 3, 4, 6, 8))
+    ctl = AdaptiveController(CostModel(verify, 0.0014), draft_max=16)
+    drafter = ShortStopping(fn, alpha, clock, 0.0014, seed=7)
+    sizes.clear()
+    start = clock.now
+    run_charged.steps = list(SpeculativeEngine(target, drafter, ctl).generate(PROMPT, GREEDY, steps))
+    return sizes[1:], clock.now - start  # [0]: the prefill
+
+
+class ShortStopping(NoisyOracleDrafter):
+    """Drafts as many tokens as a draft model's confidence allows, here 1..k by position: so the
+    drafts' lengths change from step to step, as a real draft's and a copy's do."""
+
+    def draft(self, context, k, params, rng, draft_max=0, after=()):
+        stop = 1 + int(np.random.default_rng([self.seed, 99, len(context)]).integers(k)) if k else 0
+        return super().draft(context, stop, params, rng, draft_max, after)
+
+
+CHANGE = 0.004  # a change of batch size: a whole T(1) more (the H200 measured 0.98-1.80 T(1))
+
+
+class TestChargedChanges:
+    def test_the_change_is_measured_at_load(self, monkeypatch):
+        run_charged(monkeypatch, 0.9, steps=4)
+        assert run_charged.steps  # (ran)
+        clock = VirtualClock()
+        monkeypatch.setattr(costs_module, "clock", clock)
+        sizes: list[int] = []
+
+        def seconds(n, call):
+            changed = bool(sizes) and sizes[-1] != n
+            sizes.append(n)
+            return graph_like(n) + (CHANGE if changed else 0.0)
+
+        target = TimedModel(hashed_logits(seed=3, n_vocab=V), V, clock, seconds)
+        target.settle = 2
+        verify, _ = calibrate(target, (1, 2, 4))
+        assert verify.change == pytest.approx(CHANGE)
+
+    def test_verifies_keep_one_size_while_drafting_is_on(self, monkeypatch):
+        sizes, _ = run_charged(monkeypatch, 0.9)
+        changes = sum(a != b for a, b in zip(sizes, sizes[1:]))
+        assert changes <= len(sizes) / 10, sizes  # not one a step: the drafts are padded to the steady size
+        assert any(s.n_padded for s in run_charged.steps)
+
+    def test_padding_pays_where_a_change_costs(self, monkeypatch):
+        # the test that fails when padding is turned off
+        padded, t_padded = run_charged(monkeypatch, 0.9)
+        unpadded, t_unpadded = run_charged(monkeypatch, 0.9, padding=False)
+        assert sum(a != b for a, b in zip(unpadded, unpadded[1:])) > 10
+        assert t_padded < 0.9 * t_unpadded
+
+    @pytest.mark.parametrize("alpha, bound", [(0.7, 0.95), (0.9, 0.85)])
+    def test_faster_than_the_target_alone_where_drafting_pays(self, monkeypatch, alpha, bound):
+        _, seconds = run_charged(monkeypatch, alpha)
+        tokens = sum(len(s.emitted) for s in run_charged.steps)
+        assert seconds / tokens <= bound * graph_like(1)
+
+    def test_where_no_draft_is_kept_the_tries_cost_about_what_they_cost_where_changes_are_free(self, monkeypatch):
+        _, charged = run_charged(monkeypatch, 0.0)
+        monkeypatch.setattr(sys.modules[__name__], "CHANGE", 0.0)
+        _, free = run_charged(monkeypatch, 0.0)  # (the prior's acceptance takes steps to unlearn)
+        assert charged <= 1.05 * free
+
+
 class TestShortDrafts:
+    def test_a_longest_draft_of_0_drafts_nothing(self):
+        ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.1, 4: 1.3}, 0.05), draft_max=0)
+        assert {ctl.choose().k for _ in range(20)} == {0}
+
     def test_a_try_fits_a_longest_draft_shorter_than_probe_k(self):
         # a request's draft_max of 1: a try drafts 1, not policy.probe_k (2)
         ctl = AdaptiveController(CostModel({1: 1.0, 2: 1.1, 4: 1.3}, 0.05), draft_max=1, prior=0.2)
@@ -532,7 +671,8 @@ class TestTriesPayForTheCatchUp:
         prompt = [5 + j % 40 for j in range(60)]
         steps = list(engine.generate(prompt, GREEDY, 32))
         assert draft.cached[:59] == prompt[:59]  # read with the prompt
-        assert [s.k for s in steps[: P.opening_steps + 1]] == [0] * P.opening_steps + [P.probe_k]  # after the opening
+        opening = [s.model_k for s in steps[: P.opening_steps + 1]]
+        assert opening == [0] * P.opening_steps + [P.probe_k]  # a try after the opening
         assert steps[P.opening_steps].draft_seconds < draft_pass(READ_MIN)  # a few tokens to read, not the prompt
         assert ctl.drafted and not ctl.on() and not ctl.wants_prefill()
 

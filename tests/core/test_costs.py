@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localspec.core import costs
+from localspec.core import calibration, costs
+from localspec.core.calibration import calibrate, recheck, time_sizes
 from localspec.core.costs import (
     DRAFT_WINDOW,
     LEVEL_WINDOW,
@@ -14,10 +15,7 @@ from localspec.core.costs import (
     CostModel,
     DraftCost,
     VerifyCurve,
-    calibrate,
     isotonic,
-    recheck,
-    time_sizes,
 )
 from tests.support.fakes import FakeModel, TimedModel, VirtualClock, hashed_logits
 
@@ -276,7 +274,7 @@ class TestCalibration:
 
     def test_tokens_are_distinct_ordinary_ids(self):
         model = FakeModel(hashed_logits(1, V), V)
-        ids = costs.calibration_tokens(model, 40)
+        ids = calibration.calibration_tokens(model, 40)
         assert len(ids) == 40 and len(set(ids)) > 10 and 0 not in ids  # 0 is the fake's EOS
 
     def test_one_spike_per_size_is_ignored(self, monkeypatch):
@@ -309,6 +307,67 @@ class TestCalibration:
         draft = TimedModel(hashed_logits(11, V), V, clock, lambda n, call: 0.002 * n)
         _, d = calibrate(target, sizes=(1, 2), draft=draft)
         assert d.seconds == pytest.approx(0.002)
+
+
+def charging(change: float):
+    """Seconds of an evaluation of n tokens on a backend whose first evaluation after a change of
+    batch size costs ``change`` more (a GPU capturing its graph again)."""
+    sizes: list[int] = []
+
+    def seconds(n, call):
+        changed = bool(sizes) and sizes[-1] != n
+        sizes.append(n)
+        return 0.01 * n + (change if changed else 0.0)
+
+    return seconds
+
+
+class TestChangeCost:
+    @pytest.mark.parametrize("change", [0.0, 0.005, 0.02])
+    def test_a_change_of_batch_size_is_timed_where_the_model_settles(self, monkeypatch, change):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+        target = TimedModel(hashed_logits(10, V), V, clock, charging(change))
+        target.settle = 2
+        target.sync([5, 6, 7])
+        assert calibration.time_change(target) == pytest.approx(change)
+        assert target.cached == [5, 6, 7]
+
+    def test_a_model_that_does_not_settle_is_not_timed(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+        target = TimedModel(hashed_logits(10, V), V, clock, charging(0.02))
+        assert calibration.time_change(target) == 0.0 and target.decode_calls == []
+        curve, _ = calibrate(target, sizes=(1, 2))
+        assert curve.change == 0.0  # a CPU's: nothing changes there
+
+    def test_calibration_times_both_models_changes(self, monkeypatch):
+        clock = VirtualClock()
+        monkeypatch.setattr(costs, "clock", clock)
+        target = TimedModel(hashed_logits(10, V), V, clock, charging(0.02))
+        draft = TimedModel(hashed_logits(11, V), V, clock, charging(0.004))
+        target.settle = draft.settle = 2
+        curve, draft_cost = calibrate(target, sizes=(1, 2, 4), draft=draft)
+        model = CostModel(curve, draft_cost)
+        assert model.change == pytest.approx(0.02) and model.draft_change == pytest.approx(0.004)
+        assert curve.T(2) == pytest.approx(0.02)  # the curve holds steady costs
+
+    def test_a_step_at_a_steady_size_pays_its_rows_and_two_changes_past_them(self):
+        model = CostModel({1: 1.0, 2: 1.1, 4: 1.3, 8: 1.7})
+        plain = model.step_curve(8)
+        model.verify.change = 0.5
+        assert list(model.step_curve(8)) == pytest.approx(plain)  # no steady size planned
+        model.size = 4
+        assert list(model.step_curve(8)) == pytest.approx([0, 1.3, 1.3, 1.3, 1.3, 1.4 + 1.0, 1.5 + 1.0, 1.6 + 1.0, 2.7])
+        assert list(model.step_curve(3, size=1)) == pytest.approx([0, 1.0, 2.1, 2.2])
+
+    def test_a_recalibration_keeps_the_change_at_the_machine_s_speed(self):
+        model = CostModel({1: 1.0, 2: 1.1})
+        model.verify.change = 0.5
+        model.verify.level = float(np.log(2.0))  # the machine runs 2x slower than at load
+        assert model.change == pytest.approx(1.0)
+        model.recalibrate(VerifyCurve({1: 2.0, 2: 2.2}))
+        assert model.change == pytest.approx(1.0)
 
 
 class TestVerifyCurveSeeds:

@@ -567,7 +567,7 @@ class TestCopiesBesideADraftModel:
         ctl = self.fixed(2, draft_max=2)
         engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=self.COSTS), ctl, (self.lookup(),))
         step = next(engine.generate(self.CTX, GREEDY, 8))
-        assert step.drafted == (4, 5, 6, 7, 8, 10, 11) and step.k == 2
+        assert step.drafted == (4, 5, 6, 7, 8, 10, 11) and step.model_k == 2
         assert calls == [len(self.CTX) - 1]  # the prompt read at the prefill, and no draft pass
 
     def test_in_the_engine_a_verified_copy_is_judged_by_its_verify_not_by_what_followed(self):
@@ -630,3 +630,22 @@ def test_a_sure_copy_is_extended_only_where_the_models_tokens_beat_its_own_rate(
     assert t.pick([copy], 0.9, 2, room=16) == (copy, 2)  # trusted, not sure: extended
     sure = replace(copy, alpha=1.0)
     assert t.pick([sure], 0.9, 2, room=16) == (sure, 0)
+
+
+class TestSteadyCatchUp:
+    """Where a change of the draft model's batch size costs more than the passes it saves (a
+    GPU), its catch-up after a verify reads one token at a time, so every pass keeps one size."""
+
+    @pytest.mark.parametrize("change, sizes", [(0.0, [2, 1]), (1.0, [1, 1, 1])])
+    def test_a_two_token_catch_up(self, change, sizes):
+        model = FakeModel(hashed_logits(seed=4, n_vocab=50), 50)
+        costs = CostModel({1: 1.0, 2: 1.1, 4: 1.3}, 0.1)
+        costs.draft.change = change
+        drafter = ModelDrafter(model, 50, p_min=0.0, costs=costs)
+        context = [5, 6, 7, 8]
+        drafter.draft(context, 1, GREEDY, np.random.default_rng(0))
+        model.decode_calls.clear()
+        context += [9, 10]  # the verify kept the draft and added its own token
+        draft = drafter.draft(context, 2, GREEDY, np.random.default_rng(0))
+        assert [n for n, _ in model.decode_calls] == sizes[: len(model.decode_calls)]
+        assert draft.n_evals == len(model.decode_calls)  # each pass counted in the draft's cost

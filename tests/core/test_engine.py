@@ -1,5 +1,8 @@
 """The speculative loop on scripted fakes: greedy identity, stopping, rollback, the bonus token."""
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -149,6 +152,94 @@ class TestRollback:
         assert prefill_tokens <= 4  # the new turn's tokens, not the whole history
 
 
+class Watched(Sequence):
+    """A verify's rows that remember which were read (a slice reads what it holds)."""
+
+    def __init__(self, rows, read: set[int]) -> None:
+        self.rows, self.read = rows, read
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            self.read.update(range(len(self.rows))[i])
+            return self.rows[i]
+        self.read.add(i)
+        return self.rows[i]
+
+
+class WatchedModel(FakeModel):
+    """A target whose last evaluation's rows say which were read, and that counts checkpoints
+    (a hybrid target keeps one before a verify that may drop more than its snapshots reach)."""
+
+    def __init__(self, fn, rollback_depth=None) -> None:
+        super().__init__(fn, V)
+        self.rollback_depth, self.checkpoints, self.read = rollback_depth, 0, [set()]
+
+    def _decode(self, tokens, start, n_logits):
+        self.read.append(set())
+        return Watched(super()._decode(tokens, start, n_logits), self.read[-1])
+
+    def checkpoint(self, lasting=False):
+        self.checkpoints += not lasting
+
+
+class Padded(FixedController):
+    """k drafts, each verify planned at ``rows`` rows (a steady size on a GPU)."""
+
+    def __init__(self, k, rows):
+        super().__init__(CostModel(verify={1: 1.0}), k)
+        self.rows = rows
+
+    def choose(self, behind=None, budget=None):
+        return replace(super().choose(behind, budget), rows=self.rows)
+
+
+class TestPadding:
+    """A verify padded to a steady size: the rows past the draft are evaluated, never read, and
+    dropped with the rejected drafts."""
+
+    @pytest.mark.parametrize("params", [GREEDY, SamplingParams(temperature=0.8, seed=3)])
+    def test_padded_rows_are_never_read_and_the_reply_is_the_same(self, params):
+        fn = hashed_logits(seed=7, n_vocab=V)
+        drafter = ScriptedDrafter(lambda ctx, n: [(t + (len(ctx) % 3 == 0)) % V for t in oracle_greedy(fn, ctx, n)])
+        plain, _ = run(SpeculativeEngine(FakeModel(fn, V), drafter, fixed(2)), params=params)
+        target = WatchedModel(fn)
+        padded, steps = run(SpeculativeEngine(target, drafter, Padded(2, 6)), params=params)
+        assert padded == plain
+        verifies = target.decode_calls[1:]  # [0]: the prefill
+        assert all(n == n_logits == 6 for n, n_logits in verifies[:-1])  # every verify 6 rows
+        assert all(s.n_padded == 5 - len(s.drafted) for s in steps[:-1])
+        for step, read in zip(steps, target.read[2:]):
+            assert max(read) <= len(step.drafted)  # no padded row read
+
+    def test_the_cache_drops_the_padding_with_the_rejected_drafts(self):
+        fn = hashed_logits(seed=7, n_vocab=V)
+        target = WatchedModel(fn)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n)[: 1 + len(ctx) % 2])
+        context = list(PROMPT)
+        for step in SpeculativeEngine(target, drafter, Padded(2, 8)).generate(PROMPT, GREEDY, 30):
+            context.extend(step.emitted)
+            if not step.finish:
+                assert target.cached == context[:-1]
+
+    def test_a_hybrid_target_keeps_a_checkpoint_where_the_padding_passes_its_snapshots(self):
+        # snapshots reach 3 tokens back: a draft of 2 needs none, 2 drafts and 3 padding rows do
+        fn = hashed_logits(seed=7, n_vocab=V)
+        drafter = ScriptedDrafter(lambda ctx, n: oracle_greedy(fn, ctx, n))
+        bare, padded = WatchedModel(fn, rollback_depth=3), WatchedModel(fn, rollback_depth=3)
+        run(SpeculativeEngine(bare, drafter, Padded(2, 0)), max_tokens=12)
+        _, steps = run(SpeculativeEngine(padded, drafter, Padded(2, 6)), max_tokens=12)
+        assert bare.checkpoints == 0 and padded.checkpoints == len(steps)
+
+    def test_padding_stops_at_the_context_s_end(self):
+        fn = hashed_logits(seed=7, n_vocab=V, eos_bias=-50)
+        target = FakeModel(fn, V, n_ctx=len(PROMPT) + 10)
+        _, steps = run(SpeculativeEngine(target, NoDrafter(), Padded(0, 8)), max_tokens=20)
+        assert steps[-1].finish == "context" and max(len(target.cached), 0) <= target.n_ctx
+
+
 class TestAdaptive:
     # A drafter slower than the costs believed, timed and switched off in the engine with the
     # text the target's own, is test_controller.py::TestMeasuredDraftCost, on timed fakes.
@@ -168,7 +259,7 @@ class TestAdaptive:
         drafter = ModelDrafter(draft, V, costs=costs)
         got, steps = run(SpeculativeEngine(FakeModel(fn, V), drafter, AdaptiveController(costs, 8), (trusting,)))
         assert got == target_only(fn)[0]
-        assert all(s.k == 0 for s in steps) and sum(s.n_accepted for s in steps) >= 5
+        assert all(s.model_k == 0 for s in steps) and sum(s.n_accepted for s in steps) >= 5
         assert draft.decode_calls == []  # the draft model never ran
 
 

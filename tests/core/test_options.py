@@ -16,7 +16,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from localspec.chat.session import LoadOptions, load_options
+from localspec.chat.session import LoadOptions, PairSpec, load_options
 from localspec.cli import build_parser
 from localspec.cli import flags as cli_flags
 from localspec.cli.run import LOAD_GROUPS, REPLY_GROUPS, RUN_MAX_TOKENS, spec_and_options
@@ -275,6 +275,41 @@ class TestLoadOptions:
         spec, opts = spec_and_options(args)
         assert spec.target == Path("t.gguf") and opts == LoadOptions(**NOT_DEFAULT)
         assert spec_and_options(command("run").parse_args(["--target", "t.gguf", "hi"]))[1] == LoadOptions()
+
+
+class TestDraftMaxZero:
+    """A longest draft of 0 never drafts: every entry point asks ``drafting_mode`` and runs the
+    target alone, never a mode that would draft at most 0 tokens."""
+
+    @pytest.mark.parametrize(
+        ("mode", "draft_max", "runs"),
+        [
+            ("draft", 0, "none"),
+            ("lookup", 0, "none"),
+            ("mtp", 0, "none"),
+            (None, 0, "none"),  # the pair's own mode, whatever it is
+            ("none", 0, "none"),
+            ("draft", 1, "draft"),
+            ("lookup", 32, "lookup"),
+            (None, 16, None),
+            ("lookup", None, "lookup"),  # not said here: the load's longest draft decides
+        ],
+    )
+    def test_the_mode_that_runs(self, mode, draft_max, runs):
+        assert options.drafting_mode(mode, draft_max) == runs
+
+    @pytest.mark.parametrize("mode", [["--draft", "d.gguf"], ["--lookup"], ["--mtp"], ["--no-draft"], []])
+    def test_run_serve_and_bench_load_the_target_alone(self, mode):
+        for cmd in ("run", "serve", "bench"):
+            args = command(cmd).parse_args(
+                ["--target", "t.gguf", *mode, "--draft-max", "0", *(["hi"] * (cmd == "run"))]
+            )
+            spec, opts = spec_and_options(args)
+            assert spec == PairSpec(Path("t.gguf")) and opts.draft_max == 0
+
+    def test_a_longest_draft_of_one_keeps_the_draft(self):
+        args = command("run").parse_args(["--target", "t.gguf", "--draft", "d.gguf", "--draft-max", "1", "hi"])
+        assert spec_and_options(args)[0] == PairSpec(Path("t.gguf"), Path("d.gguf"))
 
 
 class TestThreads:

@@ -16,7 +16,7 @@ def step(drafted, n_accepted, emitted, k, predicted, prefill, draft, verify, wal
         token=token,
         emitted=tuple(emitted),
         text="",
-        k=k,
+        model_k=k,
         predicted_speedup=predicted,
         prefill_seconds=prefill,
         draft_seconds=draft,

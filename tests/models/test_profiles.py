@@ -239,7 +239,7 @@ class TestSessionKeepsProfiles:
             again.close()
 
     def test_loads_time_the_longest_verify_until_the_profile_holds_three_timings_of_it(self, tiny_pair, tmp_path):
-        from localspec.core import costs
+        from localspec.core import calibration as costs
 
         store, options = ProfileStore(tmp_path / "profiles.json"), LoadOptions(n_ctx=512, threads=1)
         timed_once: list[tuple[int, ...]] = []
@@ -264,7 +264,7 @@ class TestSessionKeepsProfiles:
         quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=store)
         quiet.close()
         draft_key = model_key(tiny_pair[1], quiet.machine, 1, quiet.offload.draft_layers)
-        from localspec.core import costs
+        from localspec.core import calibration as costs
 
         def busy_calibrate(*args, **kwargs):  # every draft pass timed 30x slower at this load
             curve, draft = costs.calibrate(*args, **kwargs)
@@ -294,7 +294,7 @@ class TestSessionKeepsProfiles:
             quiet.close()
         key = model_key(tiny_pair[0], quiet.machine, 1, quiet.offload.target_layers)
         usual = store.get(key).verify  # the profile's median of four, steadier than one load's own
-        from localspec.core import costs
+        from localspec.core import calibration as costs
 
         def busy_calibrate(*args, **kwargs):  # every verify timed 30x slower at this load
             curve, draft = costs.calibrate(*args, **kwargs)
@@ -326,7 +326,7 @@ class TestSessionKeepsProfiles:
         quiet = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), options, profiles=None)
         usual = quiet.costs.T(1)
         quiet.close()
-        from localspec.core import costs
+        from localspec.core import calibration as costs
 
         def busy_calibrate(*args, **kwargs):  # every size timed alike, 30x a quiet T(1): a flat curve
             curve, draft = costs.calibrate(*args, **kwargs)

@@ -133,4 +133,6 @@ def test_a_rehearsal_packs_its_results_into_three_files(tmp_path):
     assert {"bench-tiny-q4_k_m.json", "verify-rows-tiny-q4_k_m.json", "summary.md"} <= packed
     log = (out / "gpu-check.log").read_text()
     assert "import numpy, then a load: ok" in log and "python3 -m localspec run: ok" in log
-    assert "write the target alone's text: met" in (out / "summary.md").read_text()
+    summary = (out / "summary.md").read_text()
+    assert "write the target alone's text: met" in summary
+    assert "The real pair's acceptance (qwen2.5-coder-1.5b+0.5b) on random-tiny-q4_k_m.gguf" in summary

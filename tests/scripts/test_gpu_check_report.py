@@ -104,6 +104,19 @@ class TestVerdicts:
             "at tokens 1-7, top-2 gaps 0.44-1.67): their speed-ups are void"
         )  # the draft model's run parting is not the oracle's
 
+    def test_the_real_pairs_acceptance_per_target(self):
+        """The verdicts mode: auto over the target alone, where the target keeps what the real
+        pair's kept; a run whose text parted is counted, not hidden."""
+        rows = [row("verdicts", 1.2, 0.1, acceptance=0.7), row("verdicts", 1.6, 0.1, identical=False)]
+        rows.append(row("verdicts", 1.4, 0.1, acceptance=0.5))  # medians: 1.4x, acceptance 0.7 (0.5, 0.7, 0.8)
+        rep = {**report("random-1.5b-f16", rows), "verdicts": "qwen2.5-coder-1.5b+0.5b"}
+        lines = gpu_check_report.verdicts([(None, SEVEN_B), (None, rep)])
+        assert lines[-1] == (
+            "- The real pair's acceptance (qwen2.5-coder-1.5b+0.5b) on random-1.5b-f16.gguf: auto / the target "
+            "alone 1.40x (min 1.20x; acceptance 0.70, 3.00 tokens/pass; 2 of 3 identical)"
+        )
+        assert not any("real pair" in line for line in gpu_check_report.verdicts([(None, SEVEN_B)]))
+
 
 class TestMain:
     def test_prints_every_report_then_the_targets(self, tmp_path, capsys):

@@ -44,3 +44,23 @@ class TestDraftingTypes:
             job(served, asked)
         assert e.value.status == 400 and e.value.param == "speculative.type"
         assert words in e.value.message
+
+
+NEVER = Served("qwen", frozenset(), "none", False, 512, draft_max=0)  # loaded with --draft-max 0
+
+
+class TestLongestDraftZero:
+    """A longest draft of 0, the server's (--draft-max 0) or the request's (speculative.n_max),
+    drafts nothing: the target alone, never a mode built to draft at most 0 tokens."""
+
+    @pytest.mark.parametrize("asked", [None, "lookup", "none", "draft"])
+    def test_a_server_loaded_never_to_draft_runs_the_target_alone(self, asked):
+        assert job(NEVER, asked).mode == "none"
+
+    def test_a_request_that_names_its_own_longest_draft_drafts_up_to_it(self):
+        asked = parse_job("chat", {**BODY, "speculative": {"type": "lookup", "n_max": 2}}, NEVER)
+        assert (asked.mode, asked.draft_max) == ("lookup", 2)
+
+    @pytest.mark.parametrize("served", [DRAFT, MTP, ALONE])
+    def test_a_request_of_n_max_0_runs_the_target_alone_on_any_server(self, served):
+        assert parse_job("chat", {**BODY, "speculative": {"type": "lookup", "n_max": 0}}, served).mode == "none"

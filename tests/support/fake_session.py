@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.chat.replies import PastReplies
-from localspec.chat.session import PairSpec
+from localspec.chat.session import LoadOptions, PairSpec
 from localspec.core.engine import Step
 from localspec.core.explain import DraftingState
 from localspec.llama.offload import CPU_BUILD, OffloadPlan, cpu_plan
@@ -33,6 +33,7 @@ class FakeSession:
     baseline_tokens_per_second: float = 50.0
     baseline_note: str = "fake: 1 / T(1) from the script"
     spec: PairSpec = field(default_factory=lambda: PairSpec(Path("target.gguf"), Path("draft.gguf")))
+    options: LoadOptions = field(default_factory=LoadOptions)  # Session.options: what it was loaded with
     none_script: list[ScriptStep] | None = None  # what mode="none" replies (race); default: same text
     none_step_seconds: float | list[float] = 0.02  # a list: one per mode-"none" reply, in turn
     # where the layers are, as Session.offload: a CPU-only build unless a test sets a GPU plan
@@ -88,7 +89,7 @@ class FakeSession:
             token=ids[-1],
             emitted=tuple(ids),
             text="".join(pieces),
-            k=k,
+            model_k=k,
             predicted_speedup=1.5,
             prefill_seconds=0.0,
             draft_seconds=seconds * 0.3,

@@ -34,7 +34,7 @@ def load(tiny_pair) -> Session:
 
 
 def served(session, has_draft=True) -> Served:
-    return Served("tiny", frozenset({"t.gguf", "t"}), session.mode, has_draft, N_CTX)
+    return Served("tiny", frozenset({"t.gguf", "t"}), session.mode, has_draft, N_CTX, session.options.draft_max)
 
 
 # Not a timing: only a server that is stuck reaches it. A working one is waited for as long as

@@ -10,6 +10,7 @@ import pytest
 
 from localspec.chat.session import PairSpec
 from localspec.chat.store import ChatStore
+from localspec.core.options import DraftOptions
 from localspec.settings import Settings, load_settings, settings_path
 from localspec.tui.app import LocalspecApp
 from localspec.tui.screens.pair import PairScreen, compatible_drafts
@@ -64,6 +65,16 @@ class TestEntryPoint:
         session.lock.release()
         close_when_idle(session, timeout=0.05)
         assert session.closed
+
+
+class TestLoading:
+    async def test_a_longest_draft_of_0_in_the_settings_loads_the_target_alone(self):
+        """Issue 66: the settings' draft_max 0 never drafts; no draft is loaded for it."""
+        app = make_app(FakeSession(list(HELLO)), settings=Settings(draft=DraftOptions(draft_max=0)))
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            ((spec, options),) = app.session_factory.loaded
+            assert spec == PairSpec(Path("t.gguf")) and options.draft_max == 0 and app.session.mode == "none"
 
 
 class TestRealCatalogAndBackend:
