@@ -12,7 +12,7 @@ from localspec.bench.verdicts import PromptVerdicts, RecordedVerdicts
 from localspec.core.costs import CostModel
 from localspec.core.modes import ModeContext, ReplySpec, builtin_modes
 from localspec.core.sampling import SamplingParams
-from tests.support.fakes import EOS, FakeModel, fixed_k, hashed_logits, oracle_greedy
+from tests.support.fakes import EOS, FakeModel, fixed_k, hashed_logits, mode_context, oracle_greedy
 
 V = 32
 PROMPT = [1, 2, 3]
@@ -89,9 +89,7 @@ def recording(*prompts: PromptVerdicts) -> RecordedVerdicts:
 
 
 def context(draft=True, **kw) -> ModeContext:
-    costs = CostModel({1: 1.0, 2: 1.1, 4: 1.3}, t_draft=0.2)
-    target = FakeModel(hashed_logits(0, V), V)
-    return ModeContext(target, FakeModel(hashed_logits(1, V), V) if draft else None, costs, **kw)
+    return mode_context(V, draft, **kw)
 
 
 class TestVerdictReplay:
@@ -141,7 +139,6 @@ class TestVerdictReplay:
 class TestChanging:
     def test_it_plans_no_rows_where_the_session_s_costs_price_a_change(self):
         from localspec.bench.modes import changing
-        from localspec.core.costs import CostModel
         from localspec.core.modes import ModeContext, draft_model
         from tests.support.fakes import FakeModel, hashed_logits
 

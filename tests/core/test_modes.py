@@ -2,7 +2,6 @@
 
 import pytest
 
-from localspec.core.costs import CostModel
 from localspec.core.drafters import ModelDrafter, NoDrafter
 from localspec.core.modes import (
     Drafting,
@@ -16,15 +15,13 @@ from localspec.core.modes import (
     target_alone,
 )
 from localspec.core.suffix import SuffixDrafter
-from tests.support.fakes import FakeModel, fixed_k, hashed_logits
+from tests.support.fakes import fixed_k, mode_context
 
 V = 32
 
 
 def context(draft=True, **kw) -> ModeContext:
-    costs = CostModel({1: 1.0, 2: 1.1, 4: 1.3}, t_draft=0.2)
-    target = FakeModel(hashed_logits(0, V), V)
-    return ModeContext(target, FakeModel(hashed_logits(1, V), V) if draft else None, costs, **kw)
+    return mode_context(V, draft, **kw)
 
 
 class TestBuiltinModes:

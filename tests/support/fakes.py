@@ -7,7 +7,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from localspec.core.costs import CostModel
 from localspec.core.drafters import Draft, DrafterBase
+from localspec.core.modes import ModeContext
 from localspec.core.protocol import CachedModel
 
 EOS = 0
@@ -136,3 +138,11 @@ def fixed_k(controller) -> int | None:
 
     choice = controller.state()
     return choice.k if choice.reason is Reason.FIXED else None
+
+
+def mode_context(n_vocab: int, draft: bool = True, **kw) -> ModeContext:
+    """A mode's context on two fake models of ``n_vocab`` ids (the draft's absent with ``draft=False``)
+    and hand-written costs: a verify of 4 costs 1.3 passes, a draft pass 0.2."""
+    costs = CostModel({1: 1.0, 2: 1.1, 4: 1.3}, t_draft=0.2)
+    target = FakeModel(hashed_logits(0, n_vocab), n_vocab)
+    return ModeContext(target, FakeModel(hashed_logits(1, n_vocab), n_vocab) if draft else None, costs, **kw)
