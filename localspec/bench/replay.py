@@ -413,16 +413,15 @@ def costs_for(curve: dict[int, float], t_draft: float, clock: Clock, target: Cac
     change timed on it as a load times it (``calibration.time_change``)."""
     change = calibration.time_change(target)
     if not clock.sigma:
-        verify = VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)})
-        verify.change = change
-        return CostModel(verify, DraftCost(t_draft))
-    verify, draft = VerifyCurve(), DraftCost()
+        verify, draft = VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)}), DraftCost(t_draft)
+    else:
+        verify, draft = VerifyCurve(), DraftCost()
+        for n in (*CALIBRATION_SIZES, LONGEST_VERIFY):
+            for _ in range(1 if n == LONGEST_VERIFY else 3):
+                verify.add(n, cost(curve, n) * math.exp(clock.rng.normal(0.0, clock.sigma)))
+        for _ in range(3):
+            draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
     verify.change = change
-    for n in (*CALIBRATION_SIZES, LONGEST_VERIFY):
-        for _ in range(1 if n == LONGEST_VERIFY else 3):
-            verify.add(n, cost(curve, n) * math.exp(clock.rng.normal(0.0, clock.sigma)))
-    for _ in range(3):
-        draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
     return CostModel(verify, draft)
 
 
