@@ -4,8 +4,9 @@ build and devices, versions, the models dir, RAM, disk, the catalog) and prints 
 each verdict is tested with facts written by hand.
 
 A problem is something that stops localspec from running a pair well and that the user can
-fix: a CPU-only llama.cpp on a machine with a GPU, no pair that fits in memory, a models dir
-that cannot be written, no room on disk for the default pair. A CPU-only machine without a
+fix: a llama.cpp build that crashes on its first batched decode (``llama.buildcheck``), a
+CPU-only llama.cpp on a machine with a GPU, no pair that fits in memory, a models dir that
+cannot be written, no room on disk for the default pair. A CPU-only machine without a
 GPU is not a problem.
 """
 
@@ -14,13 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .llama.buildcheck import ADVICE, PIP_REINSTALL, BuildCheck
 from .llama.offload import COMPUTE_RESERVE_BYTES, Device, gib, offload_devices, usable_gpu_bytes
 from .llama.preflight import COMPUTE_OVERHEAD
 
-LLAMA_CPP_PIN = "0.3.36"  # the llama-cpp-python version pyproject.toml pins
-_PIP = f"pip install --force-reinstall --no-cache-dir llama-cpp-python=={LLAMA_CPP_PIN}"
-REINSTALL = {"cuda": f'CMAKE_ARGS="-DGGML_CUDA=on" {_PIP}', "metal": f'CMAKE_ARGS="-DGGML_METAL=on" {_PIP}'}
-REINSTALL_CPU = _PIP
+REINSTALL = {
+    "cuda": f'CMAKE_ARGS="-DGGML_CUDA=on" {PIP_REINSTALL}',
+    "metal": f'CMAKE_ARGS="-DGGML_METAL=on" {PIP_REINSTALL}',
+}
+REINSTALL_CPU = PIP_REINSTALL
 GPU_SEEN = {
     "cuda": "an NVIDIA driver is installed (nvidia-smi or /proc/driver/nvidia)",
     "metal": "this is an Apple silicon Mac (Metal)",
@@ -53,6 +56,7 @@ class Facts:
     devices_note: str | None = None  # why the device list is empty or partial
     python: str = ""
     versions: dict = field(default_factory=dict)  # distribution -> version (None: missing)
+    build_check: BuildCheck | None = None  # one batched decode in a child process; None: skipped
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,9 @@ def diagnose(facts: Facts) -> Diagnosis:
 
 
 def _build_problems(facts: Facts) -> list[Problem]:
+    check = facts.build_check
+    if check is not None and not check.ok:  # its rebuild comes first (a GPU one would crash too)
+        return [Problem(f"{check.failure}: every command that loads a model would crash the same way", ADVICE)]
     if facts.gpu_offload or facts.gpu_hint not in REINSTALL:
         return []
     return [

@@ -41,13 +41,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_bench, beside this
 from serve_bench import ask, free_port, wait_ready
 
-from localspec.bench import repeated
+from localspec.bench import repeated, suites
 
 SERVERS = (
     "localspec",
@@ -68,6 +70,7 @@ class Server:
     url: str
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    cwd: Path | None = None  # where ``python -m localspec`` runs: another checkout's code (--base)
 
     def stop(self) -> None:
         if self.proc:
@@ -184,11 +187,109 @@ def _cell(s: dict, key: str) -> str:
     return f"{s[key]:.1f}" + (f" ({ratio:.2f})" if ratio else "")
 
 
+def ask_streamed(url: str, body: dict) -> dict:
+    """One streamed chat request as a user waits for it: the seconds to the first text and to
+    the end, the text, and the server's ``timings`` (its last chunk's)."""
+    req = urllib.request.Request(
+        url + "/v1/chat/completions",
+        json.dumps({**body, "stream": True}).encode(),
+        {"Content-Type": "application/json"},
+    )
+    t0, first, text, timings = time.perf_counter(), None, [], {}
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            timings = chunk.get("timings") or timings
+            piece = "".join((c.get("delta") or {}).get("content") or "" for c in chunk.get("choices", []))
+            if piece and first is None:
+                first = time.perf_counter() - t0
+            text.append(piece)
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "ttft_s": first or wall, "text": "".join(text), "timings": timings}
+
+
+def play_suite(servers: list[Server], prompts: list[dict], max_tokens: int, rounds: int) -> list[dict]:
+    """Each prompt to every server (the order turned round each request), the suite ``rounds``
+    times: one row per request."""
+    rows, i = [], 0
+    for r in range(rounds):
+        for prompt in prompts:
+            body = {"messages": [{"role": "user", "content": prompt["prompt"]}], "max_tokens": max_tokens}
+            body |= {"temperature": 0, "cache_prompt": False}
+            for s in servers[i % len(servers) :] + servers[: i % len(servers)]:
+                s.resume()
+                try:
+                    out = ask_streamed(s.url, body)
+                finally:
+                    s.stop()
+                t = out.pop("timings")
+                out |= {"round": r, "prompt": prompt["id"], "server": s.name, "prompt_n": t.get("prompt_n")}
+                out |= {"prompt_tps": t.get("prompt_per_second"), "decode_tps": t.get("predicted_per_second")}
+                out |= {"tokens": t.get("predicted_n"), "drafted": t.get("draft_n"), "drafting": t.get("drafting")}
+                rows.append(out)
+                print(
+                    f"round {r + 1} {prompt['id']:24s} {s.name:16s} {out['prompt_n']:5} prompt tokens "
+                    f"{out['wall_s']:6.1f} s (first text {out['ttft_s']:5.1f} s), "
+                    f"decode {out['decode_tps'] or 0:.2f} tok/s, drafted {out['drafted']}"
+                    + (f": {out['drafting'].get('line') or out['drafting'].get('why')}" if out["drafting"] else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            i += 1
+    return rows
+
+
+def suite_summary(rows: list[dict], base: str) -> dict[str, dict]:
+    """Per server, each figure over the ``base`` server's on the same request (prompt, round):
+    the median, the worst and the best of the per-request ratios, and texts unlike base's."""
+    by = {(r["server"], r["prompt"], r["round"]): r for r in rows}
+    out = {}
+    for name in dict.fromkeys(r["server"] for r in rows):
+        pairs = [(r, by[(base, r["prompt"], r["round"])]) for r in rows if r["server"] == name]
+        out[name] = {
+            "requests": len(pairs),
+            "wall": _range(_ratios(pairs, "wall_s", inverse=True)),  # speed: base's time over this one's
+            "first_text": _range(_ratios(pairs, "ttft_s"), worst=max),  # time: this one's over base's
+            "decode": _range(_ratios(pairs, "decode_tps")),
+            "prompt_reading": _range(_ratios(pairs, "prompt_tps")),
+            "texts_differ": sum(r["text"] != b["text"] for r, b in pairs),
+        }
+    return out
+
+
+def _ratios(pairs: list[tuple[dict, dict]], key: str, inverse: bool = False) -> list[float]:
+    return [(b[key] / r[key]) if inverse else (r[key] / b[key]) for r, b in pairs if r[key] and b[key]]
+
+
+def _range(xs: list[float], worst=min) -> dict | None:
+    best = max if worst is min else min
+    return {"median": statistics.median(xs), "worst": worst(xs), "best": best(xs)} if xs else None
+
+
+def suite_markdown(summary: dict[str, dict], base: str) -> str:
+    lines = [
+        f"\nover {base}, per request: median (lowest–highest)\n",
+        "| server | requests | speed, wall clock | time to first text | decode tok/s | prompt tok/s | texts unlike |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in summary.items():
+        cells = [_fmt(s[k]) for k in ("wall", "first_text", "decode", "prompt_reading")]
+        lines.append(f"| {name} | {s['requests']} | " + " | ".join(cells) + f" | {s['texts_differ']} |")
+    return "\n".join(lines)
+
+
+def _fmt(r: dict | None) -> str:
+    return f"{r['median']:.3f} (worst {r['worst']:.3f}, best {r['best']:.3f})" if r else "—"
+
+
 def start(servers: list[Server]) -> None:
     """Start each server, wait for its health check and its warm-up reply, and stop it."""
     for s in servers:
         s.proc = subprocess.Popen(
-            s.command, env={**os.environ, **s.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            s.command, env={**os.environ, **s.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=s.cwd
         )
         wait_ready(s.proc, s.url, f"{s.name} ({' '.join(s.command)})")
         ask(s.url, {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0}, None)
@@ -206,6 +307,19 @@ def pick(entry: str) -> tuple[dict, int]:
     return found[0], suite.get("max_tokens", 200)
 
 
+def run_suite(servers: list[Server], args) -> int:
+    name, _, ids = args.suite.partition(":")
+    suite = suites.only(suites.load_suite(name), ids or None)
+    max_tokens = args.max_tokens or suite.get("max_tokens", suites.SUITE_MAX_TOKENS)
+    rows = play_suite(servers, suite["prompts"], max_tokens, args.rounds)
+    base = args.baseline or servers[0].name
+    summary = suite_summary(rows, base)
+    print(suite_markdown(summary, base))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bin", type=Path, required=True, help="llama-server")
@@ -219,24 +333,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--requests", type=int, default=None, help="at most this many requests of each scenario")
     p.add_argument(
+        "--suite",
+        help="a bench suite instead (e.g. 'documents' or 'summaries', or SUITE:ID,ID): each prompt one "
+        "request to every server, streamed, timed as a user waits",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="--suite: play it this many times")
+    p.add_argument("--baseline", default=None, help="--suite: the server the others are measured against (the first)")
+    p.add_argument("--max-tokens", type=int, default=None, help="--suite: the reply length (the suite's)")
+    p.add_argument(
         "--localspec-args", default="", help="more options for every localspec server (e.g. '--draft-max 24')"
+    )
+    p.add_argument(
+        "--base",
+        type=Path,
+        help="a checkout of another commit (git worktree add DIR REV): its localspec servers run too, "
+        "named base-SERVER (give --servers with them, e.g. localspec,localspec-draft,base-localspec-draft)",
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     names = args.servers.split(",")
-    if unknown := [n for n in names if n not in SERVERS]:
+    args.target, args.draft = args.target.resolve(), args.draft.resolve()  # (a --base server runs elsewhere)
+    if unknown := [
+        n for n in names if n.removeprefix("base-") not in SERVERS or (n != n.removeprefix("base-") and not args.base)
+    ]:
         p.error(f"unknown servers {unknown}: give some of {', '.join(SERVERS)}")
-    scenarios = [pick(entry) for entry in args.scenarios.split(",")]
+    scenarios = [] if args.suite else [pick(entry) for entry in args.scenarios.split(",")]
     with tempfile.TemporaryDirectory(prefix="localspec-vs-") as tmp:
         servers = []
         for name in names:
             port = free_port()
             env = {"LOCALSPEC_DATA_DIR": str(Path(tmp) / name)}
-            servers.append(Server(name, server_command(name, args, port), f"http://127.0.0.1:{port}", env))
+            cwd = args.base if name.startswith("base-") else None
+            command = server_command(name.removeprefix("base-"), args, port)
+            servers.append(Server(name, command, f"http://127.0.0.1:{port}", env, cwd=cwd))
         try:
             start(servers)
+            if args.suite:
+                return run_suite(servers, args)
             results = {}
             for sc, max_tokens in scenarios:
                 rows = play(servers, chat_requests(sc, max_tokens, args.requests))

@@ -1,10 +1,12 @@
 """`localspec doctor`: each verdict from facts written by hand (localspec.doctor), the report
-and exit code through the CLI with those facts injected, and one real run on this machine."""
+and exit code through the CLI with those facts injected, one real run on this machine, and the
+build check's child: the real one, and one killed by a signal."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ import pytest
 from localspec.cli import doctor as cli_doctor
 from localspec.cli import main
 from localspec.doctor import REINSTALL, Facts, PairFacts, diagnose, judge_pair
-from localspec.llama import offload
+from localspec.llama import buildcheck, offload
+from localspec.llama.buildcheck import REINSTALL_AVX2, BuildCheck
 from localspec.llama.offload import Device
 from localspec.units import GiB, MiB
 
@@ -21,6 +24,7 @@ RTX = Device("CUDA0", "NVIDIA GeForce RTX 4060 Laptop GPU", "gpu", 7 * GiB, 8 * 
 # two pairs: 2 GiB (the default, on disk) and 10 GiB (8 GiB still to download)
 SMALL = PairFacts("small", 2 * GiB, 0, default=True)
 LARGE = PairFacts("large", 10 * GiB, 8 * GiB)
+CRASHED = "llama.cpp crashed (SIGSEGV) on its first batched decode"
 
 
 @pytest.fixture(autouse=True)
@@ -100,6 +104,15 @@ class TestVerdicts:
         # 2 GiB x 1.1 = 2.2 GiB
         assert judge_pair(SMALL, facts(ram_available_bytes=ram)).ram is expected
 
+    def test_a_build_that_crashes_is_the_problem_with_the_avx2_reinstall(self):
+        # a CPU build on a GPU machine would be a problem too; the rebuild that runs comes first
+        d = diagnose(facts(build_check=BuildCheck("k", CRASHED), gpu_hint="cuda"))
+        assert not d.ok and len(d.problems) == 1
+        assert d.problems[0].what.startswith(CRASHED) and REINSTALL_AVX2 in d.problems[0].advice
+
+    def test_a_build_that_ran_its_batch_is_fine(self):
+        assert diagnose(facts(build_check=BuildCheck("k"))).ok
+
     def test_several_problems_are_all_listed(self):
         d = diagnose(facts(gpu_hint="cuda", models_dir_writable=False, ram_available_bytes=GiB))
         assert len(d.problems) == 3 and d.verdict == "3 problems to fix (see above)"
@@ -114,10 +127,11 @@ class TestCli:
         return use
 
     def test_report_of_a_healthy_machine(self, inject, capsys):
-        inject(facts())
+        inject(facts(build_check=BuildCheck("k")))
         assert main(["doctor"]) == 0
         out = capsys.readouterr().out
         assert "GPU offload: no (CPU-only build)" in out
+        assert "batched decode: ok (a tiny model, in a child process)" in out
         assert "CPU      cpu   Intel(R) Xeon(R): 14.0 GiB free of 16.0 GiB" in out
         assert "numpy 2.0.0, textual MISSING" in out
         assert "models dir /home/u/models (writable; 100.0 GiB free on its disk)" in out
@@ -150,6 +164,26 @@ class TestCli:
             assert rc == 0 and out["verdict"].startswith("OK: CPU only")
         assert main(["doctor"]) == rc
         assert "verdict: " in capsys.readouterr().out
+
+    @pytest.mark.skipif(sys.platform == "win32", reason="a child killed by a signal is POSIX")
+    def test_a_child_killed_by_a_signal_is_named_with_the_reinstall_line(self, monkeypatch, capsys):
+        monkeypatch.delenv(buildcheck.SKIP_ENV)
+        segfault = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+        monkeypatch.setattr(buildcheck, "child_command", lambda model: segfault)
+        assert main(["doctor"]) == 1
+        out = capsys.readouterr().out
+        assert f"batched decode: FAILED: {CRASHED}" in out
+        assert f"  - {CRASHED}: every command that loads a model would crash the same way" in out
+        assert REINSTALL_AVX2 in out and "verdict: 1 problem to fix" in out
+
+    def test_the_real_check_on_this_machine_is_remembered(self, monkeypatch, capsys):
+        from localspec.settings import data_dir
+
+        monkeypatch.delenv(buildcheck.SKIP_ENV)
+        main(["doctor", "--json"])
+        check = json.loads(capsys.readouterr().out)["facts"]["build_check"]
+        assert check == {"build": buildcheck.build_key(), "failure": None}  # this box's build runs
+        assert buildcheck.recall(data_dir() / buildcheck.CHECK_FILE) == BuildCheck(**check)
 
     def test_models_dir_that_does_not_exist_yet_counts_as_writable(self, tmp_path):
         assert cli_doctor.writable(tmp_path / "a" / "b")

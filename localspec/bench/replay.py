@@ -51,6 +51,7 @@ from ..core.costs import CostModel, DraftCost, VerifyCurve
 from ..core.estimates import prior_from
 from ..core.explain import explain
 from ..core.modes import Drafting, ModeContext, ReplySpec, draft_model, target_alone
+from ..core.options import DEFAULT_DRAFT_MAX
 from ..core.policy import Policy
 from ..core.protocol import CachedModel, common_prefix
 from ..core.sampling import SamplingParams
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 TOP = 8  # draft logits kept per memoised row: the top token and its probability are exact
 REPLY_TOKENS = 96  # the reply length recorded and replayed unless --max-tokens says otherwise
-DRAFT_MAX = 16  # the longest draft a replay's policies choose: the default --draft-max
 CURVE_SIZES = range(1, LONGEST_VERIFY + 1)  # T(n) recorded: to a copy's longest verify
 # The draft model's load for a replay: its rows are memoised, so only a row the memo lacks runs
 # it; a fixed, small load keeps those rows the same from one replay to the next.
@@ -118,7 +118,7 @@ class ReplayTarget(CachedModel):
     def _decode(self, tokens, start, n_logits):
         self.clock.evals += 1
         self.clock.work(cost(self.curve, len(tokens)))
-        if self.size_change and self._sizes and self._sizes[-1] != len(tokens):
+        if self.size_change and self.last_size not in (0, len(tokens)):
             self.clock.work(self.size_change * cost(self.curve, 1))
         if self.blind and n_logits > 1:
             self.clock.owe(self.blind * cost(self.curve, 1) * (n_logits - 1))
@@ -351,7 +351,14 @@ def run_policy(
 
     def mode_for(costs: CostModel, prior: float | None = None) -> Drafting:
         ctx = ModeContext(
-            target, draft, costs, draft_max=DRAFT_MAX, copy=options.copy, prior=prior, policy=tunables, history=kept
+            target,
+            draft,
+            costs,
+            draft_max=DEFAULT_DRAFT_MAX,
+            copy=options.copy,
+            prior=prior,
+            policy=tunables,
+            history=kept,
         )
         return build(policy, ctx)
 

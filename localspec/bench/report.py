@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from ..core.costs import CostModel, speeds
 from ..core.modes import MODEL_MODES
+from ..core.options import DEFAULT_DRAFT_MAX
 from .measure import COST_SIZES, WarmRun, first_divergence
 from .modes import CONTROL, VERDICTS, fixed_mode, parse_fixed, split_mode
 
@@ -44,7 +45,9 @@ class Row:
 PREDICTED_AT = (0.6, 0.7, 0.8)  # acceptance rates the report predicts the speed-up at
 
 
-def predicted_speedup(costs: CostModel, alpha: float | None, mode: str, draft_max: int = 16) -> float | None:
+def predicted_speedup(
+    costs: CostModel, alpha: float | None, mode: str, draft_max: int = DEFAULT_DRAFT_MAX
+) -> float | None:
     """Best expected speed-up over k (Leviathan et al. eq. with T(k+1) measured)."""
     mode = split_mode(mode)[0]
     if alpha is None or mode == "none":

@@ -14,12 +14,17 @@ SUITE_MAX_TOKENS = 200  # a suite that names no reply length
 # The built-in suites, by name. "heldout" holds prompts nothing is tuned on: it checks that a
 # claim made on the default suite holds on prompts it was not made on.
 BUILTIN_SUITES = ("default", "heldout")
+# Built-in suites of long prompts, held out like "heldout": each prompt is a document of 600 to
+# 2,000 tokens with a question on it ("documents") or an instruction to summarize it
+# ("summaries"), so a reply's cost is mostly its prefill and its text copies from a long context.
+# They are apart from BUILTIN_SUITES because they have no edit prompts and no recorded verdicts.
+LONG_SUITES = ("documents", "summaries")
 
 
 def load_suite(name_or_path: str = "default") -> dict:
     """A built-in suite by name, or a suite file: ``{"prompts": [{"id", "category", "prompt"}, ...]}``
     with an optional ``name`` and ``max_tokens``."""
-    if name_or_path in BUILTIN_SUITES:
+    if name_or_path in BUILTIN_SUITES + LONG_SUITES:
         text = resources.files("localspec.bench").joinpath(f"suites/{name_or_path}.json").read_text("utf-8")
         return json.loads(text)
     path = Path(name_or_path)

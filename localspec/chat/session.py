@@ -9,8 +9,6 @@ their KV caches between turns, so a follow-up turn evaluates only its new tokens
 from __future__ import annotations
 
 import functools
-import re
-import secrets
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,6 +29,7 @@ from ..core.suffix import Corpus
 from ..llama.compat import Compatibility, check_compatible
 from ..llama.offload import CPU_BUILD, OffloadPlan, cpu_plan, plan_offload
 from ..models.profiles import MTP_KEY, Profile, ProfileStore, Use, machine_id, model_key, seeded_change
+from .prompts import prompt_tokens
 from .replies import PastReplies, tokenizer_key
 
 Mode = Literal["draft", "mtp", "lookup", "none"]
@@ -193,7 +192,8 @@ class Session:
         ``check_target(target)`` runs as soon as the target is loaded (a prompt that cannot
         fit is refused then, not after the draft and the calibration)."""
         from ..llama import backend as backend  # the only adapter that imports llama_cpp
-        from ..llama import ggufinfo, preflight
+        from ..llama import buildcheck, ggufinfo, preflight
+        from ..settings import data_dir
 
         say = progress or (lambda _msg: None)
         files = list(filter(None, (spec.target, spec.draft)))
@@ -207,6 +207,8 @@ class Session:
         layers = [plan.target_layers, plan.draft_layers][: len(files)]
         preflight.check_model_files(files, options.n_ctx, layers, mtp=spec.mtp, draft_max=options.draft_max)
         say(plan.summary)
+        # a build that would crash on the first batched decode stops here, with the fix (checked once a build)
+        buildcheck.require_runnable(data_dir() / buildcheck.CHECK_FILE, say)
         say(f"loading target {spec.target.name}")
         # a hybrid target (Qwen3.5's delta-net layers) keeps states to roll back a whole draft
         snapshots = ggufinfo.snapshots_for(ggufinfo.state_bytes(spec.target), options.draft_max)
@@ -358,7 +360,8 @@ class Session:
         drafting = self.drafting(mode, draft_max, seeded(params))
         kept = sum(c.n_replies for c in self._past_replies()) if drafting.suffix else 0
         history = f"{kept} past repl{'y' if kept == 1 else 'ies'}" if kept else ""
-        return explain(drafting.controller.state(), drafting.controller.costs, drafting.copies, history)
+        ctl = drafting.controller
+        return explain(ctl.state(), ctl.costs, drafting.copies, history, ctl.reading)
 
     def prompt_tokens(self, messages: Sequence[dict], raw: bool = False) -> list[int]:
         return prompt_tokens(self.target, messages, raw)
@@ -406,7 +409,7 @@ class Session:
             engine = self.engine(mode, draft_max, p_min, prompt_len=len(ids), repeatable=repeatable)
             engine.after_prefill = self._recheck
             reply: list[int] = []
-            for step in engine.generate(ids, params, max_tokens, stop):
+            for step in engine.generate(ids, params, max_tokens, stop, self._expected_reply()):
                 if counted:
                     self._count(mode, step)
                 reply += step.emitted
@@ -452,6 +455,15 @@ class Session:
         u.drafted += drafted
         u.accepted += accepted
         u.rejected += accepted < drafted
+        u.replies += step.finish is not None
+
+    def _expected_reply(self) -> int | None:
+        """The tokens a reply of this target usually has here (its replies in every mode, kept
+        and since), None before any ended."""
+        kept = self._kept("target")
+        uses = [*(kept.use.values() if kept else ()), *self._use.values()]
+        total = sum(uses, Use())
+        return round(total.tokens / total.replies) if total.replies else None
 
     def save_profile(self) -> None:
         """Keep what this pair measured here (the target's curve as refined so far, a draft
@@ -504,83 +516,6 @@ def _load_drafter(spec: PairSpec, target, options: LoadOptions, plan: OffloadPla
         draft.close()
         raise IncompatiblePair(compat)
     return draft, compat
-
-
-def prompt_tokens(target, messages: Sequence[dict], raw: bool = False) -> list[int]:
-    """The conversation as the target's tokens: its chat template around contents that are
-    plain text (``template_tokens``), or with ``raw`` the text as written, special tokens
-    in it parsed (``--raw`` and ``/v1/completions`` send a prompt in the model's own markup)."""
-    if raw:
-        return target.tokenize("".join(m["content"] for m in messages))
-    return template_tokens(target, messages)
-
-
-def template_tokens(target, messages: Sequence[dict]) -> list[int]:
-    """The chat template's tokens, where only the template's own markup is special: a message
-    holding ``<|im_end|>`` must not end its turn and forge a system or assistant turn of its
-    own, so message contents are tokenized as text.
-
-    The markup is what the template renders with every content replaced by a marker no text
-    holds. When the special tokens of the whole prompt are exactly the markup's, no content
-    added one, and the prompt is tokenized whole as llama.cpp's server would (the same
-    tokens as ever). Otherwise it is tokenized piece by piece: markup with special tokens
-    parsed, each content as plain text."""
-    ids = target.tokenize(target.apply_chat_template(messages), add_bos=False)
-    pieces = template_pieces(target, messages)
-    # a private-use character between markup pieces, as the markers stood: it joins no tokens
-    markup = target.tokenize("\ue000".join(text for text, literal in pieces if not literal), add_bos=False)
-    special = lambda tokens: [t for t in tokens if target.is_special(t)]
-    if special(ids) == special(markup):
-        return ids
-    return literal_tokens(target, pieces)
-
-
-def literal_tokens(target, pieces: Sequence[tuple[str, bool]]) -> list[int]:
-    """``pieces`` tokenized as llama.cpp tokenizes a whole text, but with special tokens
-    parsed in the markup only: it splits the text at special tokens and tokenizes each run
-    of text between them on its own (an SPM vocabulary's space prefix starts each run), so a
-    run here is the markup's text before or after its special tokens joined with the contents
-    beside it, and the tokens are the whole text's wherever no content holds markup."""
-    out: list[int] = []
-    run: list[str] = []  # the text since the last special token
-
-    def end_run() -> None:
-        if any(run):
-            out.extend(target.tokenize("".join(run), add_bos=False, special=False))
-        run.clear()
-
-    for text, literal in pieces:
-        if literal:
-            run.append(text)
-            continue
-        at = 0
-        for token in filter(target.is_special, target.tokenize(text, add_bos=False)):
-            piece = target.token_text(token).decode("utf-8", "replace")
-            found = text.find(piece, at)
-            if found >= 0:  # (not found: text llama.cpp matched otherwise; the token keeps its place)
-                run.append(text[at:found])
-                at = found + len(piece)
-            end_run()
-            out.append(token)
-        run.append(text[at:])
-    end_run()
-    return out
-
-
-def template_pieces(target, messages: Sequence[dict]) -> list[tuple[str, bool]]:
-    """The rendered template as (text, is_content) pieces in order: the markup around each
-    content, and the content itself. The masked render holds no message text at all, so
-    nothing a user writes can pass for markup; markers are private-use characters around a
-    fresh nonce, which no template writes, and which a template that trims its contents
-    leaves whole."""
-    nonce = secrets.token_hex(8)
-    marker = lambda i: f"\ue000{nonce}:{i}\ue001"
-    masked = [{**m, "content": marker(i)} for i, m in enumerate(messages)]
-    parts = re.split(f"\ue000{nonce}:(\\d+)\ue001", target.apply_chat_template(masked))
-    pieces = []
-    for i, part in enumerate(parts):
-        pieces.append((messages[int(part)]["content"], True) if i % 2 else (part, False))
-    return pieces
 
 
 def seeded(params: SamplingParams | None) -> bool:

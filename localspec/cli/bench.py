@@ -27,7 +27,8 @@ def register(sub) -> None:
     p.add_argument(
         "--suite",
         default="default",
-        help="'default', 'heldout' (prompts nothing is tuned on, to check a claim) or a JSON suite file",
+        help="'default', 'heldout' (prompts nothing is tuned on, to check a claim), 'documents', 'summaries' "
+        "(long documents, held out: questions on them, summaries of them) or a JSON suite file",
     )
     # the bench's own use of two options: a list of temperatures, and the suite's reply length
     flags.add_flag(

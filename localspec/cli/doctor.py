@@ -1,12 +1,13 @@
 """``localspec doctor``: is this install ready to run a pair, and fast? Prints the llama.cpp
-build (GPU offload, the devices with their memory as llama.cpp reports them), Python and
+build (GPU offload, whether it survives one batched decode of a tiny model in a child process:
+``llama.buildcheck``, the devices with their memory as llama.cpp reports them), Python and
 package versions, the models dir, and for each catalog pair whether it fits on the GPU, in
 RAM and on disk; then a verdict. The judgement is ``localspec.doctor`` (pure); this module
 gathers the facts and prints.
 
 Exit codes: 0 all is well (a CPU-only machine without a GPU included), 1 something to fix:
 each problem comes with what to do, e.g. the exact command that rebuilds llama-cpp-python
-with CUDA or Metal.
+with CUDA or Metal, or for AVX2 where the build crashes.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from importlib import metadata
 from pathlib import Path
 
 from ..doctor import REINSTALL, REINSTALL_CPU, Diagnosis, Facts, PairFacts, diagnose
-from ..llama import preflight
+from ..llama import buildcheck, preflight
 from ..models import catalog as cat
 from ..models import downloads
 from ..models.profiles import PROFILES_FILE, ProfileStore, machine_id, options_here, recommend
-from ..settings import load_settings
+from ..settings import data_dir, load_settings
 from ..units import gib
 from .models import table
 
@@ -71,8 +72,6 @@ def cmd_doctor(args) -> int:
 
 def expected_here(facts: Facts):
     """What each measured model is expected to do on this machine (``localspec.models.profiles``)."""
-    from ..settings import data_dir
-
     b = facts.build
     store = ProfileStore(data_dir() / PROFILES_FILE)
     options = options_here(store.load(), machine_id(f"{b.get('llama_cpp_python')}|{b.get('system_info')}"))
@@ -107,6 +106,7 @@ def gather_facts(settings, catalog) -> Facts:
     build = backend.build_info()
     devices, note = backend.device_report()
     models_dir = settings.resolved_models_dir()
+    check = None if buildcheck.skipped() else buildcheck.check_now(data_dir() / buildcheck.CHECK_FILE)
     return Facts(
         gpu_offload=build.get("gpu_offload"),
         devices=tuple(devices),
@@ -121,6 +121,7 @@ def gather_facts(settings, catalog) -> Facts:
         devices_note=note,
         python=f"{platform.python_version()} ({sys.executable})",
         versions=versions(),
+        build_check=check,
     )
 
 
@@ -202,6 +203,7 @@ def _build_lines(facts: Facts) -> list[str]:
         f"  llama-cpp-python {b.get('llama_cpp_python') or '?'}, GPU offload: {offload}, "
         f"max devices {b.get('max_devices') or '?'}",
         f"  system info: {b.get('system_info') or '?'}",
+        f"  batched decode: {_check_line(facts)}",
         "  devices (as llama.cpp reports them):",
     ]
     for dev in facts.devices:
@@ -212,6 +214,13 @@ def _build_lines(facts: Facts) -> list[str]:
         lines.append(f"    none ({facts.devices_note or 'ggml reports no device'})")
     lines += [f"  note: {k}: {v}" for k, v in (b.get("errors") or {}).items()]
     return lines
+
+
+def _check_line(facts: Facts) -> str:
+    check = facts.build_check
+    if check is None:
+        return f"not checked ({buildcheck.SKIP_ENV} is set)"
+    return "ok (a tiny model, in a child process)" if check.ok else f"FAILED: {check.failure}"
 
 
 def _python_lines(facts: Facts) -> list[str]:

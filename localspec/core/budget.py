@@ -16,10 +16,10 @@ Behind = Callable[[], int] | None  # the tokens the draft must read before it dr
 
 
 class Tries:
-    """The credit for tries: a step off earns ``share`` of its stake, ``first_try_share`` halved
-    by each failed try in a row down to ``try_share``. Nothing caps the credit: a long stretch off
-    may fund a few tries in a row, which together still cost at most the share of what it could
-    have won. A try lasts ``trial_steps`` steps (``left``)."""
+    """The credit for tries: a step off earns ``share`` of its stake, ``first_try_share`` divided
+    by ``try_backoff`` (2) for each failed try in a row, down to ``try_share``. Nothing caps the
+    credit: a long stretch off may fund a few tries in a row, which together still cost at most
+    the share of what it could have won. A try lasts ``trial_steps`` steps (``left``)."""
 
     def __init__(self, costs: CostModel, policy: Policy = DEFAULT) -> None:
         self.costs, self.policy = costs, policy
@@ -74,10 +74,13 @@ class Tries:
         return (not on and self.left == 0) or (on and self.age > self.policy.trial_steps)
 
     def judged(self, on: bool) -> None:
-        """A try's trial ended with drafting ``on`` again (the share starts over) or not (it halves)."""
+        """A try's trial ended with drafting ``on`` again (the share starts over) or not (it backs off)."""
         self.started = False
         self.failed = 0 if on else self.failed + 1
-        self.share = max(self.policy.first_try_share / 2**self.failed, self.policy.try_share)
+        first, floor, backoff = self.policy.first_try_share, self.policy.try_share, self.policy.try_backoff
+        # the share stops falling at its floor (nor does the power overflow in a long session)
+        at_floor = math.ceil(math.log(first / floor, backoff)) if backoff > 1 and first > floor else 0
+        self.share = max(first / backoff ** min(self.failed, at_floor), floor)
 
     @property
     def outpaced(self) -> bool:

@@ -19,6 +19,7 @@ class Reason(Enum):
     HARDWARE = "hardware"  # off: even a draft always accepted could not pay here
     ACCEPTANCE = "acceptance"  # off: at the learnt acceptance drafting does not pay
     STEADY = "steady"  # the verify size stays: another would not save what a change of size costs
+    READING = "reading"  # no draft: the prompt's reading costs more than the reply wins, or holds the first token
 
 
 @dataclass(frozen=True)

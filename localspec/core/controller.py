@@ -20,7 +20,9 @@ from .choice import Choice, Reason
 from .costs import CostModel, best_k, extension_value, speeds
 from .drafters import Draft
 from .estimates import Acceptance
+from .options import DEFAULT_DRAFT_MAX
 from .policy import DEFAULT, Policy
+from .reading import Reading, plan_reading
 from .sizes import SteadySize
 
 
@@ -32,6 +34,15 @@ class FixedController:
         self.costs, self.k, self.draft_max = costs, k, k
         self.reason, self.policy = reason, policy  # what the drafting line says fixed it
         self.acceptance = Acceptance(policy=policy)
+        self.reading: Reading | None = None  # what the draft reads of this reply's prompt
+
+    def plan_read(self, n_prompt: int, n_read: int, n_reply: int) -> Reading:
+        """What the draft's reading of the prompt costs (``reading``); it drafts k every step
+        all the same."""
+        rates = speeds(self.costs, self.acceptance.alpha, self.k) if self.costs.verify else np.ones(1)
+        reading = plan_reading(self.costs, rates, n_prompt, n_read, n_reply, self.policy)
+        self.reading = replace(reading, skip=False, hold=False)
+        return self.reading
 
     def choose(self, behind: Callable[[], int] | None = None, budget: int | None = None) -> Choice:
         fixed = Choice(self.k, math.nan, math.nan, reason=Reason.FIXED, best_k=self.k, note=self.reason)
@@ -50,9 +61,6 @@ class FixedController:
 
     def begin_reply(self) -> None:
         pass
-
-    def wants_prefill(self) -> bool:
-        return self.k > 0
 
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
         self.acceptance.observe(n_drafted, n_accepted, passes)
@@ -103,7 +111,7 @@ class AdaptiveController:
     def __init__(
         self,
         costs: CostModel,
-        draft_max: int = 16,
+        draft_max: int = DEFAULT_DRAFT_MAX,
         gated: bool = False,
         extend_when_sure: bool = False,
         prior: float | None = None,
@@ -116,6 +124,18 @@ class AdaptiveController:
         self._steps = 0  # this reply's
         self.steady = SteadySize(costs, policy)  # the rows verified, where a change of size costs
         self.last: Choice | None = None
+        self.reading: Reading | None = None  # what the draft reads of this reply's prompt
+
+    def plan_read(self, n_prompt: int, n_read: int, n_reply: int) -> Reading:
+        """Whether the draft reads the ``n_read`` prompt tokens it has not read, for a reply of
+        ``n_reply`` expected tokens (``reading``): what drafting saves at the learnt acceptance;
+        off, what a first try (which no credit prices) could save at best; off after that,
+        nothing here, since a try prices its catch-up itself (``budget.Tries``)."""
+        rates = self.speeds() if self.costs.verify else np.ones(1)
+        if self.costs.verify and self.model_k(rates) == 0:
+            rates = self.speeds(1.0) if not self.drafted else rates[:1]
+        self.reading = plan_reading(self.costs, rates, n_prompt, n_read, n_reply, self.policy)
+        return self.reading
 
     @property
     def alpha(self) -> float:
@@ -149,12 +169,6 @@ class AdaptiveController:
         self._steps = 0
         self.steady.reset()
 
-    def wants_prefill(self) -> bool:
-        """The draft reads the prompt up front: drafting is on, or nothing was drafted yet and
-        the hardware could pay (a first try comes after the opening)."""
-        hardware = bool(self.costs.verify) and self.best_case() >= self.policy.min_gain
-        return self.on() or (not self.drafted and hardware)
-
     def choose(self, behind: Callable[[], int] | None = None, budget: int | None = None) -> Choice:
         """This step's k and why, and where a change of batch size costs, the rows it verifies
         (``SteadySize``); ``behind()``: the tokens the draft must read first (for a try's price);
@@ -180,6 +194,8 @@ class AdaptiveController:
             return Choice(k, math.nan, math.nan, reason=Reason.UNMEASURED, best_k=k)
         rates = self.speeds()
         k = self.model_k(rates)
+        if self.reading is not None and (self.reading.skip or (self.reading.hold and self._steps == 1)):
+            return self._reading(rates, k)
         if self.tries.trial_over(k > 0):
             self.resumed = k > 0  # drafting pays again, or not
             self.tries.judged(k > 0)
@@ -192,6 +208,14 @@ class AdaptiveController:
         draft_max, speedup = self.draft_max if self.extend_when_sure else 0, float(rates[k] / base)
         return Choice(
             k, float(rates[k]), base, draft_max, alpha=alpha, best_k=k, best_speedup=speedup, resumed=self.resumed
+        )
+
+    def _reading(self, rates: np.ndarray, k: int) -> Choice:
+        """No draft this step: the draft has the prompt to read, which costs more than this
+        reply can win (``Reading.skip``), or would delay the first token (``Reading.hold``)."""
+        base = float(rates[0])
+        return Choice(
+            0, base, base, reason=Reason.READING, alpha=self.alpha, best_k=k, best_speedup=float(rates[k] / base)
         )
 
     def _off(self, rates: np.ndarray, behind: Callable[[], int] | None) -> Choice:

@@ -37,7 +37,9 @@ CURVE_SIZE = 64  # sizes computed at once: every verify the engine can ask for (
 DRAFT_WINDOW = 15  # draft passes are many and noisy (each step's first pass catches up)
 # A draft model that did not run for a while must read every token since (the prompt, too, when
 # drafting was off at the start of a reply) before it drafts: passes of at least this many
-# tokens are timed as reading, per token; shorter ones are ordinary draft passes.
+# tokens are timed as reading, per token; shorter ones are ordinary draft passes. A measurement
+# setting, not a Policy field: the drafter times a read by it, and a try's price
+# (``budget.Tries``) counts a catch-up as a read from the same length, so the two agree.
 READ_MIN = 8
 READ_PRIOR = 0.25  # before any read is timed: a token read costs a quarter of a draft pass
 # The machine running this much faster or slower than at calibration (a level past log 1.5) is

@@ -7,7 +7,7 @@
 seen by the target. A drafter may return fewer than ``k`` tokens (none: a plain target step) and
 more only where they cost no pass (a copy). ``Draft.q_draft`` holds the processed distribution
 each token was sampled from; ``None`` means chosen deterministically, which verification treats
-as one-hot q. The hooks ``prefill``, ``behind`` and ``observe`` are no-ops in
+as one-hot q. The hooks ``behind`` and ``observe`` are no-ops in
 :class:`DrafterBase`. A copier stands beside a draft model: the engine asks it every step, and
 the controller takes its proposal where it is worth more (``Controller.pick``).
 """
@@ -69,8 +69,6 @@ class Drafter(Protocol):
         one (rules.MarginalRule); ``after`` (where ``extends``): after ``context`` and these."""
         ...
 
-    def prefill(self, context: Sequence[int]) -> None: ...
-
     def behind(self, context: Sequence[int]) -> int: ...
 
     def observe(self, draft: Draft, verdict: tuple[int, int] | None, kept: Sequence[int]) -> None: ...
@@ -81,9 +79,6 @@ class DrafterBase(Drafter):
 
     name = "base"
     extends = False
-
-    def prefill(self, context: Sequence[int]) -> None:
-        """Read the prompt before the first step (only a draft model has one to read)."""
 
     def behind(self, context: Sequence[int]) -> int:
         """Tokens of ``context`` the drafter must read before it can draft (a draft model's
@@ -144,9 +139,10 @@ class ModelDrafter(DrafterBase):
         if k <= 0:
             return Draft()
         known = self._known(context)
-        context = [*context, *after] if after else context
-        n_read = len(context) - known - common_prefix(self.model.cached[known:], context[known:])
         t0 = _costs.clock()
+        n_read = self._keep_prompt(context, known)  # (a recurrent model's prompt, read already)
+        context = [*context, *after] if after else context
+        n_read += len(context) - known - common_prefix(self.model.cached[known:], context[known:])
         n_evals = caught_up = self._catch_up(context, known, n_read)
         rows = self.model.sync(context, n_logits=1, known=known)
         read_seconds = _costs.clock() - t0 if n_read >= _costs.READ_MIN else 0.0
@@ -196,12 +192,16 @@ class ModelDrafter(DrafterBase):
             self.model.sync(context[:end], known=known)
         return n_read
 
-    def prefill(self, context: Sequence[int]) -> None:
-        """Read the prompt (all but its last token, which the first draft reads) up front;
-        a prompt the draft's context cannot hold is left alone (then it drafts nothing)."""
-        if len(context) < self.model.n_ctx:
-            self.model.sync(context[:-1])
-            self.model.checkpoint(lasting=True)  # a recurrent draft model regenerates from here
+    def _keep_prompt(self, context: Sequence[int], known: int) -> int:
+        """A recurrent draft model that has a prompt to read reads all of it but its last token
+        first and keeps a lasting checkpoint there: a regenerated reply starts from it, not
+        from the first token. The tokens read."""
+        if self.model.rollback_depth is None or self.behind(context) < _costs.READ_MIN:
+            return 0
+        n_read = self.behind(context) - 1
+        self.model.sync(context[:-1], known=known)
+        self.model.checkpoint(lasting=True)
+        return n_read
 
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.model.cached, context)

@@ -112,7 +112,11 @@ class SpeculativeEngine:
         params: SamplingParams = SamplingParams(),
         max_tokens: int = 256,
         stop: Sequence[str] = (),
+        expected_tokens: int | None = None,
     ) -> Iterator[Step]:
+        """The reply's steps; ``expected_tokens``: how long a reply of this kind usually runs
+        (at most ``max_tokens``): what drafting may win on it, against the draft's reading of
+        the prompt (``reading``)."""
         if not prompt:
             raise ValueError("empty prompt")
         rng = np.random.default_rng(params.seed)
@@ -126,8 +130,8 @@ class SpeculativeEngine:
         if self.after_prefill is not None:
             self.after_prefill()
         self.controller.begin_reply()
-        if self.controller.wants_prefill():
-            self.drafter.prefill(context)  # the draft model reads the prompt now, not in step 1
+        n_reply = min(max_tokens, expected_tokens or max_tokens)
+        self.controller.plan_read(len(context), self.drafter.behind(context), n_reply)
         prefill = _costs.clock() - t0
         n_out = 0
         while True:
@@ -171,7 +175,7 @@ class SpeculativeEngine:
         else:  # verify: the rows (sync returns those asked for)
             rows = cast(Sequence[np.ndarray], self.target.sync(batch, n_rows, known))[: len(drafted) + 1]
             t2 = _costs.clock()
-            verdict = self._accept(rows, context, drafted, draft, params, rng)
+            verdict = accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
         self._learn(draft, copy, copies, drafted, verdict, n_rows, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
@@ -201,16 +205,6 @@ class SpeculativeEngine:
             n_padded=len(padding),
         )
 
-    def _accept(self, rows, context, drafted, draft: Draft, params, rng) -> Verdict:
-        history = _History(context, drafted, params)
-        if params.greedy:
-            return verify_greedy(drafted, cast(Sequence[int], _Choices(rows, history, params)))  # read by index
-        p_target = [process(rows[i], history(i), params) for i in range(len(rows))]
-        if params.rule == "match":
-            return verify_match(drafted, p_target, rng)
-        q_draft = draft.q_draft[: len(drafted)] if draft.q_draft is not None else None
-        return verify_speculative(drafted, p_target, q_draft, rng)
-
     def _learn(
         self, draft: Draft, copy: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify
     ):
@@ -234,6 +228,18 @@ class SpeculativeEngine:
         tested = (n_copied, min(verdict.n_accepted, n_copied))
         for copier, proposed in zip(self.copiers, copies):
             copier.observe(proposed, tested if proposed is copy else None, kept)
+
+
+def accept(rows, context, drafted, draft: Draft, params, rng) -> Verdict:
+    """The verdict on ``drafted`` from the target's ``rows``: greedy, the "match" rule, or speculative sampling."""
+    history = _History(context, drafted, params)
+    if params.greedy:
+        return verify_greedy(drafted, cast(Sequence[int], _Choices(rows, history, params)))  # read by index
+    p_target = [process(rows[i], history(i), params) for i in range(len(rows))]
+    if params.rule == "match":
+        return verify_match(drafted, p_target, rng)
+    q_draft = draft.q_draft[: len(drafted)] if draft.q_draft is not None else None
+    return verify_speculative(drafted, p_target, q_draft, rng)
 
 
 def extend(drafter: Drafter, copy: Draft, context, m: int, params, rng) -> Draft:

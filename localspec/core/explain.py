@@ -8,6 +8,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, replace
 
 from .choice import Choice, Reason
 from .costs import CostModel
+from .reading import Reading
 
 
 @dataclass(frozen=True)
@@ -24,16 +25,12 @@ class DraftingState:
     outpaced: bool = False
     copies: bool = False  # off: trusted suffix matches are still proposed (they cost no draft pass)
     history: str = ""  # where the mode's suffix drafts may also come from: "12 past replies" ("": none)
+    reading: str = ""  # where the draft does not read the prompt now: why, in numbers (``Reading.line``)
 
     @property
     def line(self) -> str:
-        then = ""
-        if not self.on and self.next_try_in is not None:
-            then = f"; tries again in {self.next_try_in} steps"
-        elif not self.on and self.outpaced:
-            then = "; not tried again while each step off adds more to the draft's catch-up than tries earn"
-        elif not self.on and self.next_try_in is None and self.draft_cost is not None:
-            then = "; not tried again on this hardware"
+        # no draft for now where the prompt's reading decides it: no try is waited for
+        then = f"; {self.reading}" if self.reading else self._tries()
         where = f"the context and {self.history}" if self.history else "the context"
         if not self.on and self.copies:
             then += f"; copies from {where} still proposed where a match is trusted"
@@ -41,16 +38,30 @@ class DraftingState:
             then += f"; matches from {where}"
         return f"{'on' if self.on else 'off'}: {self.why}{then}"
 
+    def _tries(self) -> str:
+        """Off: when drafting is tried again, if ever."""
+        if self.on:
+            return ""
+        if self.next_try_in is not None:
+            return f"; tries again in {self.next_try_in} steps"
+        if self.outpaced:
+            return "; not tried again while each step off adds more to the draft's catch-up than tries earn"
+        return "; not tried again on this hardware" if self.draft_cost is not None else ""
+
     def as_dict(self) -> dict:
         fields = asdict(self)
         return {"on": fields.pop("on"), "k": fields.pop("k"), "why": fields.pop("why"), "line": self.line, **fields}
 
 
-def explain(choice: Choice, costs: CostModel, copies: bool = False, history: str = "") -> DraftingState:
+def explain(
+    choice: Choice, costs: CostModel, copies: bool = False, history: str = "", reading: Reading | None = None
+) -> DraftingState:
     """A controller's choice (``Controller.state``) in words, with the measurements behind it
     read from ``costs``; ``copies``: the mode's drafter proposes trusted suffix matches while
-    drafting is off; ``history``: the past replies they may come from, in words."""
-    state = replace(_words(choice, costs), history=history)
+    drafting is off; ``history``: the past replies they may come from, in words; ``reading``:
+    the draft's reading of the reply's prompt (said where it is put off or skipped)."""
+    said = reading.line if reading is not None and choice.reason is Reason.READING else ""
+    state = replace(_words(choice, costs), history=history, reading=said)
     return replace(state, copies=True) if copies and not state.on else state
 
 
@@ -73,6 +84,10 @@ def _words(c: Choice, costs: CostModel) -> DraftingState:
         return DraftingState(True, c.k, why, draft_cost=draft_cost, verify_cost=check2)
     if c.reason is Reason.STEADY:
         return _steady(c, costs)
+    if c.reason is Reason.READING:
+        read = f" (k={c.best_k} would run at about {c.best_speedup:.2f}× with the prompt read)" if c.best_k else ""
+        why = f"no draft this step{read}"
+        return DraftingState(False, 0, why, draft_cost=draft_cost, verify_cost=check2, expected_speedup=c.best_speedup)
     if c.reason is Reason.TRY:
         off = _off(c, costs)
         return DraftingState(True, c.k, f"trying k={c.k} for a few steps, as {off.why}", draft_cost=draft_cost)

@@ -20,7 +20,7 @@ from .controller import AdaptiveController, Controller, FixedController
 from .costs import CostModel, DraftCost
 from .drafters import Drafter, ModelDrafter, NoDrafter
 from .engine import SpeculativeEngine
-from .options import DEFAULT_P_MIN
+from .options import DEFAULT_DRAFT_MAX, DEFAULT_P_MIN
 from .policy import DEFAULT, Policy
 from .protocol import CachedModel
 from .rules import LookupGate
@@ -34,7 +34,7 @@ class ModeContext:
     target: CachedModel
     draft: CachedModel | None
     costs: CostModel  # the pair's, measured at load: one verify curve for every mode of a target
-    draft_max: int = 16  # the longest draft
+    draft_max: int = DEFAULT_DRAFT_MAX  # the longest draft
     adaptive: bool = True  # False: every step drafts draft_max tokens (--no-adapt)
     copy: bool = True  # draft mode may copy trusted suffix matches (context, past replies) instead of drafting
     banned: frozenset[int] = frozenset()  # ids the draft must never propose (compat)

@@ -30,6 +30,14 @@ class Policy:
     """Before anything was drafted, a first try waits a reply's first steps out: chat models open
     with a phrase of their own before what a draft predicts well, and a try made on it fails."""
 
+    # --- a long prompt (``reading``) ------------------------------------------------------------
+    read_share: float = 0.5
+    """Where drafting is on, the draft model reads a reply's prompt only where that costs at most
+    this share of what drafting is expected to save on the reply; else it sits the reply out. The
+    saving rests on the acceptance learnt over other replies, and one prompt's answers agree with
+    the draft more or less than that (0.80 to 1.0 over six document questions): at a half, a
+    reply whose drafting saves half what was expected still does not lose by the wall clock."""
+
     # --- tries while drafting is off -------------------------------------------------------------
     trial_steps: int = 4
     """A try's length: one unlucky step decides nothing. The proposal rate starts at a trial's
@@ -39,9 +47,14 @@ class Policy:
     timed: cheap, and it tests two tokens."""
     first_try_share: float = 0.25
     """An off step earns tries this share of what drafting could win at best, so a cheap try
-    comes within a few steps; each failed try in a row halves it ..."""
+    comes within a few steps; each failed try in a row halves it (``try_backoff``) ..."""
     try_share: float = 0.05
     """... down to this, so tries that keep failing cost at most this share of the best case."""
+    try_backoff: float = 2.0
+    """Each try in a row that did not switch drafting back on divides the share by this
+    (exponential backoff; a try that succeeds starts the share over): halving, a drafter that
+    keeps failing reaches the ``try_share`` floor after three failed tries (0.25, 0.125, 0.0625, 0.05),
+    so a few unlucky tries leave tries cheap while a hopeless drafter soon costs the floor."""
 
     # --- how far one draft goes --------------------------------------------------------------
     sure: float = 0.8
@@ -59,10 +72,25 @@ class Policy:
     """The longest match looked for: SuffixDecoding's tree depth (vLLM's default); a match this
     long already leaves no doubt. The walk after it runs as far as a verify takes
     (``options.MAX_DRAFT``) where the occurrences agree and the gate prices it worth it; after a
-    shorter match in the history, no further than the match is long."""
+    shorter match in the history, no further than ``max_spec_factor`` times the match's length."""
     min_path_prob: float = 0.1
     """A walk stops where fewer than this share of the occurrences agree on the path so far
     (SuffixDecoding's ``min_token_prob``): below it the next token is a guess."""
+    max_spec_factor: float = 1.0
+    """A walk after a history match shorter than ``suffix_depth`` runs at most this many times
+    the match's length (SuffixDecoding's ``max_spec_factor``, its default): another
+    conversation's text is evidence for about as many tokens as it matched, so the trust that
+    regenerates earned does not send a 4-token match in a new reply 32 tokens on."""
+    long_match: int = 4
+    """Matches earn the gate's trust by source and length, 1 to 3 tokens each on their own and
+    this many or more together (``suffix.bucket``): a 4-token match is rarely a coincidence, and
+    a longer one is the same kind of evidence, so it need not earn trust again."""
+    copy_growth: float = 2.0
+    """A copy from the context goes no further than a verify that costs this many times the
+    verify of the longest run of its kind kept so far (at first, of ``probe_k`` tokens;
+    ``rules.LookupGate.reach``): a long copy is earned by doubling, as TCP's slow start earns a
+    window. A kind's trust is learnt mostly from short copies, while a long copy that fails at
+    its first token loses its whole verify; on a flat curve (a GPU) it binds nothing."""
 
     @property
     def suffix_ends(self) -> int:

@@ -51,6 +51,12 @@ class CachedModel(ABC):
         recent = self._sizes[-(self.settle + 1) :]
         return len(recent) == self.settle + 1 and len(set(recent)) == 1
 
+    @property
+    def last_size(self) -> int:
+        """The latest evaluation's size where the backend ``settle``s (0: none yet, or a backend
+        that does not settle)."""
+        return self._sizes[-1] if self._sizes else 0
+
     # --- what a backend implements -------------------------------------------------------
     @abstractmethod
     def _decode(self, tokens: Sequence[int], start: int, n_logits: int) -> Sequence[np.ndarray]:

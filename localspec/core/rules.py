@@ -10,6 +10,11 @@ import numpy as np
 from .costs import CostModel, best_k, speeds
 from .policy import DEFAULT, Policy
 
+# What a kind of copy not seen yet starts from, as [accepted, rejected] verdicts: Laplace's rule
+# of succession (the uniform prior: alpha 0.5, worth two verdicts), a convention rather than a
+# tuning choice, so no Policy field. Tests that want a trusting gate pass their own.
+LAPLACE = (1.0, 1.0)
+
 
 class MarginalRule:
     """Greedy maximisation of the step's expected tokens per second (in the spirit of
@@ -83,9 +88,9 @@ class LookupGate:
     its copies of a full-depth history match are priced as sure until one fails
     (``suffix.SuffixDrafter``)."""
 
-    def __init__(self, costs: CostModel, policy: Policy = DEFAULT, prior: tuple[float, float] = (1.0, 1.0)) -> None:
+    def __init__(self, costs: CostModel, policy: Policy = DEFAULT, prior: tuple[float, float] = LAPLACE) -> None:
         self.costs, self.policy = costs, policy
-        self.prior = prior  # [accepted, rejected] of a kind not seen yet: Laplace's rule
+        self.prior = prior  # [accepted, rejected] of a kind not seen yet
         self.counts: dict[Hashable, list[float]] = {}  # what a match is judged by -> [accepted, rejected]
         self.longest: dict[Hashable, int] = {}  # ... -> its longest run the target agreed with (tested or scored)
         self.prompts: set[int] = set()  # the prompts (``suffix.prompt_hash``) of the replies so far
@@ -105,8 +110,9 @@ class LookupGate:
         return best_k(rates, self.policy.min_gain)
 
     def reach(self, n: Hashable, available: int) -> int:
-        """The longest copy of kind ``n`` (at most ``available``) whose verify costs at most twice
-        the verify of the longest run of its kind kept so far (at first, of ``probe_k`` tokens).
+        """The longest copy of kind ``n`` (at most ``available``) whose verify costs at most
+        ``copy_growth`` (2) times the verify of the longest run of its kind kept so far (at first,
+        of ``probe_k`` tokens).
         A kind's acceptance is learnt mostly from short copies, often in a streak from one
         passage, while a long copy whose first token fails loses its whole verify: on a
         compute-bound curve that grows by most of T(1) a row. So a long copy is earned as TCP's
@@ -114,7 +120,7 @@ class LookupGate:
         few do, it binds nothing."""
         curve = self.costs.curve(available + 1)
         base = min(max(self.longest.get(n, 0), self.policy.probe_k), available)
-        return max(1, int(np.searchsorted(curve[2:], 2.0 * curve[base + 1], side="right")))
+        return max(1, int(np.searchsorted(curve[2:], self.policy.copy_growth * curve[base + 1], side="right")))
 
     def observe(self, n: Hashable, n_tested: int, n_accepted: int) -> None:
         """The first ``n_accepted`` of ``n_tested`` tokens of a copy agreed with the target."""

@@ -264,11 +264,11 @@ def walk(follow: np.ndarray, limit: int, min_prob: float) -> tuple[tuple[int, ..
     return tuple(ids), tuple(probs)
 
 
-def bucket(length: int) -> int:
-    """Matches earn trust by length: 1, 2 and 3 tokens each on their own, 4 or more together (a
-    4-token match is rarely a coincidence, and a longer one is the same kind of evidence, so it
-    need not earn trust again)."""
-    return min(length, 4)
+def bucket(length: int, policy: Policy = DEFAULT) -> int:
+    """Matches earn trust by length: shorter than ``long_match`` (4) each on their own, that many
+    or more together (a 4-token match is rarely a coincidence, and a longer one is the same kind
+    of evidence, so it need not earn trust again)."""
+    return min(length, policy.long_match)
 
 
 class SuffixDrafter(DrafterBase):
@@ -319,15 +319,15 @@ class SuffixDrafter(DrafterBase):
         # A context walk may run past its match, as far as a verify takes: the context is the
         # text the reply works on (an edit copies the rest of a line after a few tokens); its
         # copy goes as far as its kind has earned (LookupGate.reach). A
-        # history match is another conversation's text, evidence for as many tokens as it is
-        # long (SuffixDecoding's max_spec_factor 1), unless it is as long as a match gets.
+        # history match is another conversation's text, evidence for about as many tokens as it
+        # is long (``max_spec_factor``), unless it is as long as a match gets.
         depth = min(k, MAX_DRAFT)
         if source == "history" and m.length < self.policy.suffix_depth:
-            depth = min(depth, m.length)
+            depth = min(depth, int(self.policy.max_spec_factor * m.length))
         ids, probs = walk(continuations(tokens, m.ends, depth, stop), depth, self.policy.min_path_prob)
         if not ids:
             return Draft()
-        key = (source, "another prompt" if other else bucket(m.length))
+        key = (source, "another prompt" if other else bucket(m.length, self.policy))
         if self.gate is None:
             return Draft(ids, confidence=(), match=key, continuation=ids, source=source)
         # a greedy answer to a prompt answered in this process, or whose answer this machine gave

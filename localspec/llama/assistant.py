@@ -150,7 +150,7 @@ def _check_fits(path: Path, model, target: LlamaModel) -> None:
     or aborts): an assistant, a gemma4 target, the target's hidden size and vocabulary, and
     its head sizes. (KV heads are per-layer arrays, which llama_model_meta_val_str does not
     read; the hidden size already tells every published Gemma 4 size apart.)"""
-    arch, target_arch = _meta(model, "general.architecture"), _meta(target._model, "general.architecture")
+    arch, target_arch = _meta(model, "general.architecture"), _meta(target.model, "general.architecture")
     if arch != ARCH:
         raise ModelLoadError(
             f"{path}: not a Gemma 4 assistant (its architecture is {arch}, not {ARCH}); load it as a draft model"
@@ -159,7 +159,7 @@ def _check_fits(path: Path, model, target: LlamaModel) -> None:
         raise ModelLoadError(
             f"{path}: a Gemma 4 assistant drafts for a Gemma 4 target ({TARGET_ARCH}); {target.name} is {target_arch}"
         )
-    n_embd, n_embd_target = int(L.llama_model_n_embd_out(model)), int(L.llama_model_n_embd_out(target._model))
+    n_embd, n_embd_target = int(L.llama_model_n_embd_out(model)), int(L.llama_model_n_embd_out(target.model))
     if n_embd != n_embd_target:
         raise ModelLoadError(
             f"{path}: this assistant belongs to a Gemma 4 target of hidden size {n_embd}; "
@@ -173,7 +173,7 @@ def _check_fits(path: Path, model, target: LlamaModel) -> None:
         )
     # its layers read the target's K and V rows with their own head sizes (a view of the
     # target's tensors: other sizes read the wrong numbers, or past the end)
-    pair = ((model, ARCH), (target._model, TARGET_ARCH))
+    pair = ((model, ARCH), (target.model, TARGET_ARCH))
     heads = [tuple(_meta(m, f"{arch}.attention.{k}") for k in _HEAD_SIZES) for m, arch in pair]
     if heads[0] != heads[1]:
         raise ModelLoadError(

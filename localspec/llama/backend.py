@@ -267,6 +267,18 @@ class LlamaModel(CachedModel):
         """How a recurrent or hybrid cache rolls back, with its counts; None for a KV cache."""
         return self._rollback
 
+    @property
+    def ctx(self):
+        """The llama.cpp context (None once closed), for what calls llama.cpp on it directly:
+        a context built beside it (``mtp.draft_context_params``), a check of its settings."""
+        return self._ctx
+
+    @property
+    def model(self):
+        """The llama.cpp model (None once closed), for what reads its weights or metadata
+        directly: an MTP context on its layers (``mtp.MtpModel``), an assistant's fit check."""
+        return self._model
+
     def checkpoint(self, lasting: bool = False) -> None:
         if self._rollback:
             self._rollback.save(len(self.cached), lasting)

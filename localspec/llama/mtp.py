@@ -95,7 +95,7 @@ class MtpModel(TargetVocab, CachedModel):
         self.name = f"{target.name} (MTP)"
         self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
         with llama_errors() as errors:
-            self._ctx = L.llama_init_from_model(target._model, draft_context_params(target))
+            self._ctx = L.llama_init_from_model(target.model, draft_context_params(target))
         if not self._ctx:
             raise ModelLoadError(
                 f"{target.path}: llama.cpp could not create the MTP context for this architecture "
@@ -254,14 +254,14 @@ def draft_context_params(target: LlamaModel):
     the target's context, whose size and threads it takes; one logits row per pass. A qwen35
     MTP block keeps a KV cache of its own; a Gemma 4 assistant's is a view of the target's."""
     p = L.llama_context_default_params()
-    p.n_ctx = int(L.llama_n_ctx(target._ctx))
+    p.n_ctx = int(L.llama_n_ctx(target.ctx))
     p.n_batch = p.n_ubatch = N_BATCH
     p.n_seq_max = 1
     p.n_rs_seq = 0
     p.n_outputs_max = 1
     p.ctx_type = L.LLAMA_CONTEXT_TYPE_MTP
-    p.ctx_other = target._ctx
+    p.ctx_other = target.ctx
     p.embeddings = False
-    p.n_threads = p.n_threads_batch = int(L.llama_n_threads(target._ctx))
+    p.n_threads = p.n_threads_batch = int(L.llama_n_threads(target.ctx))
     p.no_perf = True
     return p

@@ -30,12 +30,12 @@ import numpy as np
 
 from ..core.costs import CostModel, speeds
 from ..core.estimates import prior_from
+from ..core.options import DEFAULT_DRAFT_MAX
 from ..core.policy import DEFAULT as DEFAULT_POLICY
 from ..lockedfile import file_version, locked, write_atomic
 
 PROFILES_FILE = "profiles.json"  # in the data dir
 ASSUMED_ALPHA = DEFAULT_POLICY.prior_alpha  # an untried pair: the controller's own prior
-MAX_K = 16
 # Tuning choice: a profile's curve and draft pass are the median of the last this many loads'
 # measurements, so one load on a busy machine (a build beside it) is outvoted by the next two.
 HISTORY = 5
@@ -70,6 +70,7 @@ class Use:
     drafted: int = 0
     accepted: int = 0
     rejected: int = 0  # drafting steps that stopped short of their draft (the acceptance's failures)
+    replies: int = 0  # replies that ended (their tokens: a reply's usual length, ``reading``)
 
     @property
     def tokens_per_second(self) -> float | None:
@@ -143,7 +144,8 @@ def expected(target: Profile, how: str, draft: Profile | None = None) -> Expecte
         )
     if draft is None or not draft.draft_pass or how == "lookup":
         return None
-    rates = speeds(CostModel(target.verify, draft.draft_pass), ASSUMED_ALPHA, MAX_K)  # the engine's own reading
+    # the engine's own reading
+    rates = speeds(CostModel(target.verify, draft.draft_pass), ASSUMED_ALPHA, DEFAULT_DRAFT_MAX)
     best = float(max(rates.max(), alone))
     return Expected(best / alone, best, f"cost model, assumed acceptance {ASSUMED_ALPHA:.0%}", target.measured)
 

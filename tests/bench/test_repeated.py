@@ -73,11 +73,20 @@ class TestPartings:
         )
         assert [p["reply"] for p in parted] == [2, 3] and carried == 0  # requests: each its own context
 
+    @staticmethod
+    def identical(rows: list[dict]) -> str:
+        """The "identical" column of the report's line for ``rows``, one scenario's."""
+        seen = {"scenario": "s", "repeat": 0, "stats": {"tokens_per_second": 1.0}}
+        rep = {"suite": "tiny", "modes": ["draft"], "temperature": 0.0, "repeats": 1, "summary": {"draft": {}}}
+        table = repeated.markdown(rep | {"rows": [seen | r for r in rows]})
+        line = next(line for line in table.splitlines() if line.startswith("| s |"))
+        return line.removesuffix(" |").split(" | ")[-1]
+
     def test_the_table_names_the_largest_gap_and_the_carried_replies(self):
         row = {"mode": "draft", "identical": 3, "replies": 5, "carried": 1}
         rows = [row | {"parted": [{"reply": 2, "index": 7, "gap": 0.02}]}, row | {"parted": [], "carried": 0}]
-        assert repeated._identical(rows) == "6/10 (1 parted at top-2 gaps ≤ 0.020; 1 after a parted turn)"
-        assert repeated._identical([row | {"parted": [], "carried": 0, "identical": 5}]) == "5/5"
+        assert self.identical(rows) == "6/10 (1 parted at top-2 gaps ≤ 0.020; 1 after a parted turn)"
+        assert self.identical([row | {"parted": [], "carried": 0, "identical": 5}]) == "5/5"
 
 
 class TestLoad:

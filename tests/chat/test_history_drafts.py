@@ -15,9 +15,9 @@ GREEDY = SamplingParams(temperature=0.0)
 ASK = [{"role": "user", "content": "write the function again"}]
 
 
-def load(tiny_pair, store, draft=False, **kw):
+def load(tiny_pair, store, draft=False, profiles=None, **kw):
     opts = LoadOptions(n_ctx=512, threads=1, **kw)
-    return Session.load(PairSpec(tiny_pair[0], tiny_pair[1] if draft else None), opts, history=store)
+    return Session.load(PairSpec(tiny_pair[0], tiny_pair[1] if draft else None), opts, profiles=profiles, history=store)
 
 
 def reply(session, mode, n=40) -> tuple[list[int], RunStats]:
@@ -58,14 +58,16 @@ class TestHistoryDrafts:
     def test_an_answer_given_twice_is_copied_whole_from_the_first_step_in_a_new_session(
         self, tiny_pair, tmp_path, monkeypatch
     ):
+        import localspec.chat.session as session_module
+
         store = HistoryStore(tmp_path / "history")
         firsts, replies = [], []
+        monkeypatch.setattr(session_module, "recheck", lambda *args, **kwargs: False)  # never timed again
         for _ in range(3):  # each a new process: a fresh gate, at Laplace's trust
             s = load(tiny_pair, store)
             # costs written out, not timed (a busy machine's flat curve would let Laplace's
             # trust propose more): a verify row costs 0.3 of T(1), so at trust 1/2 one token pays
             s.costs = CostModel({n: 0.7 + 0.3 * n for n in (1, 2, 4, 8, 16, 33)})
-            monkeypatch.setattr(s, "_recheck", lambda: None)
             try:
                 steps = list(s.chat(ASK, GREEDY, 40, mode="lookup"))
             finally:
@@ -162,7 +164,7 @@ class TestSampledHistoryDrafts:
         the target alone's p (chi-square over 600 seeds; p < 0.001 would fail)."""
         import numpy as np
 
-        from localspec.chat.session import prompt_tokens
+        from localspec.chat.prompts import prompt_tokens
 
         store = HistoryStore(tmp_path / "history")
         s = load(tiny_pair, store, adaptive=False)  # no gate: every step proposes what the history says
@@ -172,7 +174,6 @@ class TestSampledHistoryDrafts:
             p_target = target_p(s, ids, params)
             x = int(np.argsort(p_target)[-2])  # the second most likely: rejected often, not always
             propose_every_step(s, store, ids, x, monkeypatch)
-            s._drafting.clear()
             counts, drafted = np.zeros(s.target.n_vocab), 0
             n = 600
             for seed in range(n):
@@ -196,7 +197,7 @@ class TestSampledHistoryDrafts:
 
         import numpy as np
 
-        from localspec.chat.session import prompt_tokens
+        from localspec.chat.prompts import prompt_tokens
         from localspec.core.controller import AdaptiveController
         from localspec.core.rules import MarginalRule
 
@@ -215,7 +216,6 @@ class TestSampledHistoryDrafts:
 
             monkeypatch.setattr(AdaptiveController, "pick", pick)
             monkeypatch.setattr(MarginalRule, "keep", lambda self, c: True)  # and the model proposes it
-            s._drafting.clear()
             first, second, extended = np.zeros(s.target.n_vocab), np.zeros(s.target.n_vocab), 0
             n = 1500
             for seed in range(n):
@@ -233,21 +233,41 @@ class TestSampledHistoryDrafts:
         assert second.sum() > 200 and chi2(second, p_after, second.sum()) < 24.3
 
 
+class Replay:
+    """An engine that yields the steps it is given (``Session.chat`` counts what it yields)."""
+
+    after_prefill = None
+
+    def __init__(self, steps) -> None:
+        self.steps = steps
+
+    def generate(self, prompt, *args, **kwargs):
+        yield from self.steps
+
+
 class TestProfileUse:
-    def test_copies_from_the_history_do_not_count_as_the_draft_models_acceptance(self, tiny_pair, tmp_path):
+    def test_copies_from_the_history_do_not_count_as_the_draft_models_acceptance(
+        self, tiny_pair, tmp_path, monkeypatch
+    ):
         """The pair's prior is what its draft model was accepted at: a regenerate's copies,
         accepted whole, must not make a draft that cannot pay look as if it could."""
         from localspec.core.engine import Step
-        from localspec.models.profiles import Use
+        from localspec.models.profiles import ProfileStore
 
-        s = load(tiny_pair, HistoryStore(tmp_path / "history"), draft=True)
+        fields = dict(drafted=(1, 2, 3), n_accepted=3, token=4, emitted=(1, 2, 3, 4), text="", model_k=3)
+        times = dict(predicted_speedup=1.0, prefill_seconds=0.0, draft_seconds=0.0, verify_seconds=0.1)
+        steps = [
+            Step(**fields, **times, step_seconds=0.1, source=source, n_copied=n_copied)
+            for source, n_copied in (("history", 3), ("context", 3), ("draft", 0))
+        ]
+        profiles = ProfileStore(tmp_path / "profiles.json")
+        s = load(tiny_pair, HistoryStore(tmp_path / "history"), draft=True, profiles=profiles)
         try:
-            fields = dict(drafted=(1, 2, 3), n_accepted=3, token=4, emitted=(1, 2, 3, 4), text="", model_k=3)
-            times = dict(predicted_speedup=1.0, prefill_seconds=0.0, draft_seconds=0.0, verify_seconds=0.1)
-            for source, n_copied in (("history", 3), ("context", 3), ("draft", 0)):
-                s._count("draft", Step(**fields, **times, step_seconds=0.1, source=source, n_copied=n_copied))
-            use = s._use[s._drafting_key("draft")]
+            monkeypatch.setattr(s, "engine", lambda *args, **kwargs: Replay(steps))
+            list(s.chat(ASK, GREEDY, 12, mode="draft"))
+            s.save_profile()
+            use = profiles.get(s.profile_keys.target).use[str(tiny_pair[1].resolve())]  # the draft's, by its path
         finally:
             s.close()
-        assert isinstance(use, Use) and use.tokens == 12
+        assert use.tokens == 12
         assert (use.drafted, use.accepted, use.rejected) == (3, 3, 0)  # the draft model's step alone

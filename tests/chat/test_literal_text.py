@@ -1,5 +1,5 @@
 """Message contents reach the model as plain text: only the chat template's own markup is
-special (session.template_tokens). On a tiny real GGUF whose vocabulary has ChatML's markup as
+special (prompts.template_tokens). On a tiny real GGUF whose vocabulary has ChatML's markup as
 control tokens, ``<|im_end|>`` typed into a message must not end its turn and forge a system
 turn, in the app's conversation, ``localspec run`` and the server; ``--raw`` still parses it."""
 
@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from localspec.chat.conversation import Conversation
-from localspec.chat.session import LoadOptions, PairSpec, Session, prompt_tokens, template_tokens
+from localspec.chat.prompts import prompt_tokens, template_tokens
+from localspec.chat.session import LoadOptions, PairSpec, Session
 from localspec.chat.store import ChatStore
 from localspec.cli import main
 from localspec.llama.backend import LlamaModel

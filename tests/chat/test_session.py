@@ -14,13 +14,22 @@ from tests.support.fakes import fixed_k
 GREEDY = SamplingParams(temperature=0.0)
 
 
-def load(tiny_pair, draft=True, **kw):
+def load(tiny_pair, draft=True, profiles=None, **kw):
     opts = LoadOptions(n_ctx=kw.pop("n_ctx", 512), threads=1, **kw)
-    return Session.load(PairSpec(tiny_pair[0], tiny_pair[1] if draft else None), opts)
+    return Session.load(PairSpec(tiny_pair[0], tiny_pair[1] if draft else None), opts, profiles=profiles)
 
 
 def reply(session, msgs, n=12, mode=None):
     return "".join(s.text for s in session.chat(msgs, GREEDY, n, mode=mode))
+
+
+def measured_at_load(monkeypatch, verify: dict[int, float], t_draft: float) -> None:
+    """The next load's calibration measures ``verify`` (T(n), seconds) and a draft pass of
+    ``t_draft`` seconds, as written, whatever this machine times."""
+    import localspec.chat.session as session_module
+    from localspec.core.costs import DraftCost, VerifyCurve
+
+    monkeypatch.setattr(session_module, "calibrate", lambda *_, **__: (VerifyCurve(verify), DraftCost(t_draft)))
 
 
 def fresh_reply(tiny_pair, msgs, n=12):
@@ -142,15 +151,36 @@ class TestModes:
         finally:
             s.close()
 
-    def test_the_bench_s_modes_are_not_the_user_s_use(self, tiny_pair):
+    def test_the_bench_s_modes_are_not_the_user_s_use(self, tiny_pair, tmp_path):
         from localspec.bench import modes as bench
 
-        s = load(tiny_pair)
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = load(tiny_pair, profiles=store)
+
+        def use():  # what the pair's profile has counted, by way of drafting
+            s.save_profile()
+            return store.get(s.profile_keys.target).use
+
         try:
             bench.register_modes(s, ["fixed-k2-p0"])
             msgs = [{"role": "user", "content": "hello"}]
-            assert reply(s, msgs, mode="fixed-k2-p0") and not s._use
-            assert reply(s, msgs, mode="draft") and list(s._use) == [str(tiny_pair[1].resolve())]
+            assert reply(s, msgs, mode="fixed-k2-p0") and use() == {}
+            assert reply(s, msgs, mode="draft") and list(use()) == [str(tiny_pair[1].resolve())]
+        finally:
+            s.close()
+
+    def test_a_reply_s_expected_length_is_what_this_target_s_replies_have_been(self, tiny_pair, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        s = load(tiny_pair, profiles=store)
+        msgs = [{"role": "user", "content": "hello"}]
+        try:
+            assert reply(s, msgs, n=6)
+            assert s.drafting("draft").controller.reading.n_reply == 6  # nothing known: the budget
+            s.save_profile()
+            use = store.get(s.profile_keys.target).use
+            assert sum(u.replies for u in use.values()) == 1 and sum(u.tokens for u in use.values()) == 6
+            assert reply(s, msgs, n=40)
+            assert s.drafting("draft").controller.reading.n_reply == 6  # the usual length, not the budget
         finally:
             s.close()
 
@@ -161,6 +191,8 @@ class TestSeededReplies:
     not follow the clock (modes.repeatable)."""
 
     SAMPLED = SamplingParams(temperature=0.9, top_p=0.95, seed=7)
+    GPU_LIKE = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}  # T(n), seconds: verify rows free
+    COMPUTE_BOUND = {n: float(n) for n in range(1, 9)}  # each row costs a whole pass
     MSGS = [{"role": "user", "content": "the model is fast and the draft"}]
 
     @staticmethod
@@ -189,33 +221,35 @@ class TestSeededReplies:
         return out, drafted
 
     def test_the_same_seed_gives_the_same_reply(self, tiny_pair, monkeypatch):
+        # a GPU-like curve measured at load (verify rows free, a cheap draft) makes the seeded
+        # mode draft, though the live costs say drafting does not pay now
+        measured_at_load(monkeypatch, self.GPU_LIKE, t_draft=0.01)
         s = load(tiny_pair, draft_max=4)
         try:
-            # the tiny draft costs as much as the target, so measured at load drafting does not
-            # pay; a GPU-like curve (verify rows free, a cheap draft) makes the seeded mode draft
-            s._costs_at_load = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)
+            s.costs = CostModel(self.COMPUTE_BOUND, t_draft=0.5)
             (first, *others), drafted = self.replies(s, monkeypatch)
             assert all(o == first for o in others) and len(first) == 24
             assert fixed_k(s.engine(repeatable=True).controller) == 4 and drafted > 0
         finally:
             s.close()
 
-    def test_no_adapt_drafts_the_users_length_with_a_seed_too(self, tiny_pair):
+    def test_no_adapt_drafts_the_users_length_with_a_seed_too(self, tiny_pair, monkeypatch):
         # a compute-bound curve at load: the seeded form of auto mode would draft nothing, but
         # --no-adapt is the user's k
+        measured_at_load(monkeypatch, self.COMPUTE_BOUND, t_draft=0.5)
         s = load(tiny_pair, draft_max=3, adaptive=False)
         try:
-            s._costs_at_load = CostModel({n: float(n) for n in range(1, 9)}, t_draft=0.5)
             assert fixed_k(s.engine(repeatable=True).controller) == 3
             steps = list(s.chat(self.MSGS, self.SAMPLED, 24))
             assert all(len(x.drafted) == 3 for x in steps[:10]) and s.drafting_state().line.startswith("on: k=3")
         finally:
             s.close()
 
-    def test_the_drafting_line_of_a_seeded_reply_says_what_it_drafts(self, tiny_pair):
+    def test_the_drafting_line_of_a_seeded_reply_says_what_it_drafts(self, tiny_pair, monkeypatch):
+        measured_at_load(monkeypatch, self.GPU_LIKE, t_draft=0.01)
         s = load(tiny_pair, draft_max=4)
         try:
-            s._costs_at_load = CostModel({1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0}, t_draft=0.01)
+            s.costs = CostModel(self.COMPUTE_BOUND, t_draft=0.5)  # live: drafting does not pay now
             state = s.drafting_state(params=self.SAMPLED)
             assert state.line == "on: k=4 every step (fixed for a seeded reply, as the costs measured at load chose)"
             assert not s.drafting_state(params=GREEDY).line.endswith(

@@ -53,3 +53,12 @@ class TestTries:
         tries.start()
         ons = [tries.trial_over(True) for _ in range(P.trial_steps + 1)]
         assert ons == [False] * P.trial_steps + [True]  # drafting back on: judged after a trial's steps
+
+
+def test_a_long_session_of_failed_tries_stays_at_the_floor():
+    tries = Tries(CostModel({1: 1.0, 2: 1.5}))
+    for _ in range(5000):  # once past 1,024 failures, 2 ** failures would overflow a float
+        tries.judged(False)
+    assert tries.share == P.try_share
+    tries.judged(True)
+    assert tries.share == P.first_try_share

@@ -657,7 +657,7 @@ class TestTriesPayForTheCatchUp:
         assert drafting <= (1.0 + budget + 0.01) * alone, drafting / alone
         assert ctl.drafted  # it did try (its first reply)
 
-    def test_the_first_reply_reads_the_prompt_up_front_and_tries_after_its_opening(self, monkeypatch):
+    def test_the_first_reply_reads_the_prompt_with_its_first_try_after_its_opening(self, monkeypatch):
         clock = VirtualClock()
         monkeypatch.setattr(costs_module, "clock", clock)
         fn = hashed_logits(seed=3, n_vocab=V, eos_bias=-100)
@@ -666,15 +666,18 @@ class TestTriesPayForTheCatchUp:
         verify, draft_cost = calibrate(target, (1, 2, 3, 4, 6, 8), draft=draft)
         ctl = AdaptiveController(CostModel(verify, draft_cost), draft_max=8)
         ctl.begin_reply()
-        assert ctl.model_k() == 0 and ctl.wants_prefill()  # the prior acceptance says no, the hardware maybe
+        assert ctl.model_k() == 0  # the prior acceptance says no, the hardware maybe
         engine = SpeculativeEngine(target, ModelDrafter(draft, V, p_min=0.0, costs=ctl.costs), ctl)
         prompt = [5 + j % 40 for j in range(60)]
-        steps = list(engine.generate(prompt, GREEDY, 32))
-        assert draft.cached[:59] == prompt[:59]  # read with the prompt
-        opening = [s.model_k for s in steps[: P.opening_steps + 1]]
-        assert opening == [0] * P.opening_steps + [P.probe_k]  # a try after the opening
-        assert steps[P.opening_steps].draft_seconds < draft_pass(READ_MIN)  # a few tokens to read, not the prompt
-        assert ctl.drafted and not ctl.on() and not ctl.wants_prefill()
+        steps = engine.generate(prompt, GREEDY, 128)  # (for 32 tokens the prompt costs more than it can win)
+        opening = [next(steps) for _ in range(P.opening_steps)]
+        assert draft.cached == [] and ctl.reading is not None and not ctl.reading.skip  # nothing read yet
+        tried = next(steps)
+        assert [s.model_k for s in opening] == [0] * P.opening_steps and tried.model_k == P.probe_k
+        assert draft.cached[:60] == prompt  # the try read the prompt, in its own step's time
+        assert tried.draft_seconds >= draft_pass(len(prompt)) > draft_pass(READ_MIN)
+        list(steps)
+        assert ctl.drafted and not ctl.on()
 
 
 class TestGatedLookup:
@@ -851,7 +854,6 @@ class TestFixed:
         for _ in range(50):
             assert ctl.choose().k == 3
             ctl.observe(3, 0)
-        assert ctl.wants_prefill() and not FixedController(CostModel(LINEAR), 0).wants_prefill()
 
 
 class RefusingDrafter(NoisyOracleDrafter):

@@ -52,13 +52,13 @@ class TestDrafterProtocol:
     @pytest.mark.parametrize("drafter", DRAFTERS, ids=lambda d: type(d).__name__)
     def test_every_drafter_has_the_protocol_s_methods_with_its_parameters(self, drafter):
         assert isinstance(drafter, Drafter)
-        for method in ("draft", "prefill", "observe"):
+        for method in ("draft", "behind", "observe"):
             want = list(inspect.signature(getattr(Drafter, method)).parameters)[1:]  # without self
             assert list(inspect.signature(getattr(drafter, method)).parameters) == want, method
 
     def test_the_hooks_of_a_drafter_without_them_do_nothing(self):
         drafter = OracleDrafter(1, [2, 3], 8)
-        drafter.prefill([1])
+        assert drafter.behind([1]) == 0
         drafter.observe(Draft((2, 3)), (2, 1), (2, 5))
         assert drafter.draft([1], 2, GREEDY, None).ids == (2, 3)  # the hooks changed nothing
 
@@ -430,6 +430,11 @@ class TestCopiesBesideADraftModel:
 
     COSTS = CostModel({1: 1.0, 2: 1.02, 4: 1.08, 8: 1.2, 16: 1.5}, t_draft=0.2)
 
+    @pytest.fixture(autouse=True)
+    def fresh_costs(self, monkeypatch):
+        """Each test's own costs: an engine's reads and passes refine those it was given."""
+        monkeypatch.setattr(type(self), "COSTS", CostModel(self.COSTS.verify.points(), t_draft=0.2))
+
     @classmethod
     def lookup(cls, prior=(3.0, 1.0)):  # unseen match lengths start at alpha 0.75
         return SuffixDrafter(gate=LookupGate(cls.COSTS, P, prior))
@@ -523,7 +528,7 @@ class TestCopiesBesideADraftModel:
         steps = list(engine.generate(ref[:8], GREEDY, 16))  # "1 2" came before: copy EOS 5 6 1 2 ...
         assert steps[0].drafted == (EOS,) and steps[0].extended is None  # the rest is never kept
         assert len(steps) == 1 and steps[0].finish == "eos" and steps[0].emitted == ()
-        assert model.cached == ref[:7]  # the prompt it read up front, and no pass after the end
+        assert model.cached == []  # no pass: the copy ended the reply before the draft read the prompt
 
     def test_a_model_that_will_not_draft_on_from_a_copy_is_counted_as_a_refusal(self):
         """The model read the copy and proposed nothing after it: its pass proposed nothing, as
@@ -568,7 +573,7 @@ class TestCopiesBesideADraftModel:
         engine = SpeculativeEngine(target, ModelDrafter(model, 20, costs=self.COSTS), ctl, (self.lookup(),))
         step = next(engine.generate(self.CTX, GREEDY, 8))
         assert step.drafted == (4, 5, 6, 7, 8, 10, 11) and step.model_k == 2
-        assert calls == [len(self.CTX) - 1]  # the prompt read at the prefill, and no draft pass
+        assert calls == []  # no draft pass, and so the prompt is not read
 
     def test_in_the_engine_a_verified_copy_is_judged_by_its_verify_not_by_what_followed(self):
         model, _ = self.counting_model()

@@ -277,7 +277,7 @@ class TestSampling:
 
 
 class TestDraftPrefill:
-    def test_draft_model_reads_the_prompt_in_the_prefill(self):
+    def test_draft_model_reads_the_prompt_with_its_first_draft(self):
         fn = hashed_logits(1, V)
         draft = FakeModel(hashed_logits(2, V), V)
         costs = CostModel({1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6}, t_draft=0.1)
@@ -285,8 +285,8 @@ class TestDraftPrefill:
         engine = SpeculativeEngine(FakeModel(fn, V), ModelDrafter(draft, V, p_min=0.0), controller)
         steps = engine.generate(PROMPT, GREEDY, 20)
         first = next(steps)
-        assert draft.decode_calls[0] == (len(PROMPT) - 1, 1)  # the prompt, before any step
-        assert first.prefill_seconds > 0
+        assert draft.decode_calls[0] == (len(PROMPT), 1)  # the prompt, read in the step's draft time
+        assert first.k > 0 and first.prefill_seconds > 0 and first.draft_seconds > 0
         rest = list(steps)
         got = [t for s in [first, *rest] for t in s.emitted]
         assert got == target_only(fn, max_tokens=20)[0]

@@ -36,6 +36,7 @@ from localspec.core.options import (
     require,
 )
 from localspec.settings import Settings
+from tests.support.options import NOT_DEFAULT
 
 
 class TestMessages:
@@ -236,37 +237,17 @@ class TestFlagsComeFromTheFields:
 
 
 # a value other than the default for every field of the model and drafting groups
-NOT_DEFAULT = {
-    "gpu_layers": 3,
-    "draft_gpu_layers": 0,
-    "threads": 2,
-    "n_ctx": 512,
-    "draft_max": 4,
-    "adaptive": False,
-    "p_min": 0.5,
-    "copy": False,
-    "history": False,
-}
 
 
 class TestLoadOptions:
     """One builder (session.load_options) turns the app's settings and the CLI's flags into a
-    load's options: neither can leave one out (the app used to drop ``copy``)."""
+    load's options: neither can leave one out (the app used to drop ``copy``; what the app
+    loads with is checked where it loads, in tests/tui/test_app.py, with NOT_DEFAULT)."""
 
     def test_it_has_every_field_of_both_groups(self):
         assert set(LoadOptions.model_fields) == set(ModelOptions.model_fields) | set(DraftOptions.model_fields)
         assert LoadOptions() == load_options(ModelOptions(), DraftOptions())
         assert set(NOT_DEFAULT) | {"overflow"} == set(LoadOptions.model_fields)
-
-    def test_the_apps_load_options_carry_every_setting_copy_included(self):
-        from localspec.tui.app import LocalspecApp
-
-        model = {k: v for k, v in NOT_DEFAULT.items() if k in ModelOptions.model_fields}
-        draft = DraftOptions(**{k: v for k, v in NOT_DEFAULT.items() if k in DraftOptions.model_fields})
-        app = LocalspecApp(Settings(**model, overflow="refuse", draft=draft))
-        opts = app._load_options()
-        assert opts == LoadOptions(**NOT_DEFAULT, overflow="refuse")
-        assert opts.copy is False
 
     def test_the_clis_load_options_carry_every_flag(self):
         flags = ["--gpu-layers", "3", "--draft-gpu-layers", "0", "--threads", "2", "--ctx", "512"]

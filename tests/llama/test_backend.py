@@ -79,6 +79,25 @@ class TestGreedyIdentity:
         assert drafted > 0 and sum(s.n_accepted for s in steps) == drafted
 
 
+class Sampler:
+    """Whether a backend sampler is attached to ``model``'s context, as llama.cpp is told
+    (``llama_set_sampler``) from now on: a model just loaded has none."""
+
+    def __init__(self, monkeypatch, model: LlamaModel) -> None:
+        import llama_cpp as L
+
+        self.attached = False
+        set_sampler = L.llama_set_sampler
+
+        def told(ctx, seq_id, chain):
+            ok = set_sampler(ctx, seq_id, chain)
+            if ctx is model.ctx:
+                self.attached = chain is not None and bool(ok)
+            return ok
+
+        monkeypatch.setattr(L, "llama_set_sampler", told)
+
+
 class TestGreedyPickedByLlamaCpp:
     """Where the logits are computed on a GPU, a greedy verify without a repetition penalty
     reads each row's argmax as llama.cpp's backend sampling picked it (no logits reach Python);
@@ -90,30 +109,40 @@ class TestGreedyPickedByLlamaCpp:
         yield
         target.can_pick = False
 
-    def test_a_cpu_build_reads_the_rows(self, tiny):
+    @pytest.fixture
+    def fresh(self, tiny, monkeypatch):
+        """A target just loaded, asked to pick, and the sampler llama.cpp is told it has."""
+        m = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
+        m.can_pick = True
+        yield m, Sampler(monkeypatch, m)
+        m.close()
+
+    def test_a_cpu_build_reads_the_rows(self, tiny, monkeypatch):
         if supports_gpu_offload():
             pytest.skip("a GPU build: the logits are computed on the device, and picked there")
         m = LlamaModel.load(tiny["target"], n_ctx=2048, threads=1)
+        sampler = Sampler(monkeypatch, m)
         try:
             assert not m.can_pick  # nothing to save on a CPU, and the buffers would cost
             assert m.settle == 0  # no graph to re-capture: T(1) is timed among the other sizes
             ids = m.tokenize(TEXT)
-            assert isinstance(m.sync_greedy(ids[:12], n_logits=3), Argmax) and not m._picker.on
+            assert isinstance(m.sync_greedy(ids[:12], n_logits=3), Argmax) and not sampler.attached
         finally:
             m.close()
 
-    def test_picked_tokens_are_the_rows_argmax_and_the_modes_alternate(self, target):
+    def test_picked_tokens_are_the_rows_argmax_and_the_modes_alternate(self, fresh):
+        target, sampler = fresh
         ids = target.tokenize(TEXT * 2)
-        target.truncate(0)
         target.sync_greedy(ids[:20])  # a prefill in the picking mode
-        picked = list(target.sync_greedy(ids[:37], n_logits=17))  # a verify of 16 drafts
-        assert target._picker.on  # this build picks on its backend when asked
+        picked = target.sync_greedy(ids[:37], n_logits=17)  # a verify of 16 drafts
+        assert sampler.attached and not isinstance(picked, Argmax)  # this build picks on its backend when asked
         target.truncate(20)
-        rows = target.sync(ids[:37], n_logits=17)  # the same verify, rows read (picker off)
-        assert not target._picker.on
-        assert picked == [int(np.argmax(r)) for r in rows]
+        rows = target.sync(ids[:37], n_logits=17)  # the same verify, rows read (the sampler detached)
+        assert not sampler.attached
+        assert list(picked) == [int(np.argmax(r)) for r in rows]
         target.truncate(20)
-        assert list(target.sync_greedy(ids[:37], n_logits=17)) == picked  # and on again
+        again = target.sync_greedy(ids[:37], n_logits=17)
+        assert sampler.attached and list(again) == list(picked)  # and on again
 
     def test_a_reply_is_the_same_picked_or_read(self, tiny, target):
         # the identity of a greedy reply through either path, on a noisy draft (rollbacks)
@@ -134,14 +163,18 @@ class TestGreedyPickedByLlamaCpp:
             draft.close()
         assert picked == read == read_drafted == picked_drafted
 
-    def test_a_repetition_penalty_reads_the_rows(self, target):
+    def test_a_repetition_penalty_reads_the_rows(self, fresh):
+        target, sampler = fresh
         prompt = target.tokenize(TEXT)
+        generate(target, NoDrafter(), 0, prompt, n=8)
+        assert sampler.attached
         target.truncate(0)
         penalised = SamplingParams(temperature=0.0, repeat_penalty=1.3)
         generate(target, NoDrafter(), 0, prompt, n=8, params=penalised)
-        assert not target._picker.on  # llama.cpp's greedy sampler knows no penalty
+        assert not sampler.attached  # llama.cpp's greedy sampler knows no penalty
+        target.truncate(0)
         generate(target, NoDrafter(), 0, prompt, n=8)
-        assert target._picker.on
+        assert sampler.attached
 
 
 class TestCache:
@@ -249,7 +282,7 @@ class TestPreconditions:
 
         m = LlamaModel.load(tiny["target"], n_ctx=256, threads=999)
         try:
-            assert L.llama_n_threads(m._ctx) == usable_cpus()
+            assert L.llama_n_threads(m.ctx) == usable_cpus()
         finally:
             m.close()
 

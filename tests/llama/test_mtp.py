@@ -77,14 +77,22 @@ class TestGreedy:
             at += len(s.emitted)
 
     def test_the_mtp_cache_keeps_only_what_the_target_kept(self, pair):
-        """After rejections the MTP block's cache holds only entries made from the target's
-        states, for the target's tokens: a rejected draft leaves nothing behind."""
+        """After rejections the MTP block reads the target's context as a block that never
+        drafted does: its cache keeps only entries made from the target's states, for the
+        target's tokens (a draft's entries, made from the block's own state, are read again,
+        and a rejected draft leaves nothing behind)."""
         target, mtp = pair
         prompt = target.tokenize(TEXT)
-        generate(target, ModelDrafter(mtp, target.n_vocab), 5, prompt)
-        mtp.sync(mtp.cached[: mtp._exact])
-        assert mtp.cached == target.cached[: len(mtp.cached)]
-        assert mtp._exact == len(mtp.cached)
+        _, steps = generate(target, ModelDrafter(mtp, target.n_vocab), 5, prompt)
+        assert any(s.n_accepted < len(s.drafted) for s in steps)  # rejections happened
+        context = list(target.cached)
+        after = np.array(mtp.sync(context, n_logits=1)[0])
+        fresh = MtpModel(target)
+        try:
+            never_drafted = np.array(fresh.sync(context, n_logits=1)[0])
+        finally:
+            fresh.close()
+        assert np.abs(after - never_drafted).max() < 1e-4  # (batched and one at a time: ~1e-7 apart)
 
     def test_drafts_repeat_from_a_fresh_cache(self, pair):
         """A draft depends only on the context (the target's states and the tokens), not on
@@ -146,10 +154,17 @@ class TestMissingStates:
 
 class TestBatchChecks:
     def test_a_token_llama_cpp_refuses_is_an_error_that_says_why(self, pair):
+        import llama_cpp as L
+
         target, mtp = pair
-        h = np.zeros(mtp.n_embd, dtype=np.float32)
-        with pytest.raises(BackendError, match=f"refused token {target.n_vocab} at position 0: the token is invalid"):
-            add_entry(mtp.name, mtp._batch, target.n_vocab, 0, h, mtp._pos, output=True)
+        h, pos = np.zeros(mtp.n_embd, dtype=np.float32), (L.llama_pos * 4)()
+        batch = L.llama_batch_ext_init(target.ctx)  # (the block evaluates one of these on its own context)
+        says = f"refused token {target.n_vocab} at position 0: the token is invalid"
+        try:
+            with pytest.raises(BackendError, match=says):
+                add_entry(mtp.name, batch, target.n_vocab, 0, h, pos, output=True)
+        finally:
+            L.llama_batch_ext_free(batch)
 
 
 class TestSeveralHeads:

@@ -39,17 +39,21 @@ def files(tmp_path_factory):
 
 
 class Recorder:
-    """Every evaluation a model makes: (first position, tokens)."""
+    """Every evaluation a model makes from now on: (first position, tokens) of each llama_decode
+    on its context, whatever it was for (rows read, greedy tokens picked, or a replay)."""
 
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, monkeypatch, model: LlamaModel) -> None:
+        import llama_cpp as L
+
         self.calls: list[tuple[int, int]] = []
-        run = model._run  # every llama_decode: rows read, greedy tokens picked, or a replay
+        decode = L.llama_decode
 
-        def recorded(tokens, start, n_logits):
-            self.calls.append((start, len(tokens)))
-            return run(tokens, start, n_logits)
+        def recorded(ctx, batch):
+            if ctx is model.ctx:
+                self.calls.append((int(batch.pos[0]), int(batch.n_tokens)))
+            return decode(ctx, batch)
 
-        model._run = recorded  # type: ignore[method-assign]
+        monkeypatch.setattr(L, "llama_decode", recorded)
 
     def longest_after(self, position: int) -> int:
         return max((n for start, n in self.calls if start >= position), default=0)
@@ -73,11 +77,12 @@ class TestTheTinyHybrid:
     def test_it_is_hybrid_and_its_cache_cannot_drop_a_tail_by_itself(self, files):
         plain = LlamaModel.load(files["target"], n_ctx=512, threads=1)
         try:
-            assert plain.rollback_depth == 0 and plain._rollback is not None
+            assert plain.rollback_depth == 0 and plain.rollback is not None
             plain.evaluate(plain.tokenize(TEXT), 1)
             import llama_cpp as L
 
-            assert not L.llama_memory_seq_rm(plain._mem, 0, 5, -1)  # what the old code re-prefilled on
+            memory = L.llama_get_memory(plain.ctx)
+            assert not L.llama_memory_seq_rm(memory, 0, 5, -1)  # what the old code re-prefilled on
         finally:
             plain.close()
 
@@ -87,30 +92,30 @@ class TestTheTinyHybrid:
 
 class TestGreedyIdentity:
     @pytest.mark.parametrize("k", [1, 3, SNAPSHOTS, SNAPSHOTS + 3])
-    def test_forced_drafting_with_rejections_is_the_target_alone(self, target, draft, k):
+    def test_forced_drafting_with_rejections_is_the_target_alone(self, target, draft, monkeypatch, k):
         prompt = target.tokenize(TEXT)
         expected, _ = generate(target, NoDrafter(), 0, prompt)
         target.truncate(0)
-        rec = Recorder(target)
+        rec = Recorder(monkeypatch, target)
         got, steps = generate(target, ModelDrafter(draft, target.n_vocab), k, prompt)
         assert got == expected
         drafted = sum(len(s.drafted) for s in steps)
         accepted = sum(s.n_accepted for s in steps)
         assert drafted > 0 and 0 < accepted < drafted  # rejections happened, and acceptances
         # no evaluation after the prompt's reads more than a verify: rejections re-read nothing
-        assert rec.longest_after(len(prompt)) <= k + 1
-        assert target._rollback.prefills == 0 and draft._rollback.prefills == 0
+        assert 0 < rec.longest_after(len(prompt)) <= k + 1
+        assert target.rollback.prefills == 0 and draft.rollback.prefills == 0
 
     def test_drafts_past_the_snapshots_roll_back_by_checkpoint(self, target, draft):
         prompt = target.tokenize(TEXT)
         generate(target, ModelDrafter(draft, target.n_vocab), SNAPSHOTS + 3, prompt)
-        assert target._rollback.restores > 0  # (a draft model's passes always need one)
-        assert draft._rollback.restores > 0
+        assert target.rollback.restores > 0  # (a draft model's passes always need one)
+        assert draft.rollback.restores > 0
 
     def test_drafts_within_the_snapshots_need_no_checkpoint(self, target, draft):
         prompt = target.tokenize(TEXT)
         generate(target, ModelDrafter(draft, target.n_vocab), SNAPSHOTS, prompt)
-        assert target._rollback.restores == 0
+        assert target.rollback.restores == 0
 
     def test_a_hybrid_draft_beside_an_attention_target(self, files, draft):
         target = LlamaModel.load(files["llama_draft"], n_ctx=2048, threads=1)
@@ -120,7 +125,7 @@ class TestGreedyIdentity:
             target.truncate(0)
             got, _ = generate(target, ModelDrafter(draft, target.n_vocab), 5, prompt)
             assert got == expected
-            assert draft._rollback.prefills == 0
+            assert draft.rollback.prefills == 0
         finally:
             target.close()
 
@@ -153,7 +158,7 @@ class TestSession:
         steps = list(session.chat(messages, GREEDY, 40))
         return [t for s in steps for t in s.emitted], "".join(s.text for s in steps)
 
-    def test_turns_and_regenerate_are_the_target_alone(self, pair):
+    def test_turns_and_regenerate_are_the_target_alone(self, pair, monkeypatch):
         alone, both = pair
         turn1 = [{"role": "user", "content": "hello world"}]
         first, text = self.reply(both, turn1)
@@ -162,14 +167,14 @@ class TestSession:
         second, _ = self.reply(both, turn2)
         assert second == self.reply(alone, turn2)[0]
         assert sum(len(s.drafted) for s in both.chat(turn2, GREEDY, 40)) > 0  # it drafted
-        rec = Recorder(both.target)
+        rec = Recorder(monkeypatch, both.target)
         again, _ = self.reply(both, turn2)  # regenerate: the same conversation once more
         assert again == second
         # the prompt is not read again (the prefill's checkpoint is restored): every
         # evaluation is a verify, of at most draft_max + 1 tokens, or a copy's of MAX_DRAFT + 1
         assert len(both.prompt_tokens(turn2)) > MAX_DRAFT + 1
         assert max(n for _, n in rec.calls) <= MAX_DRAFT + 1
-        assert both.target._rollback.prefills == 0 and both.draft._rollback.prefills == 0
+        assert both.target.rollback.prefills == 0 and both.draft.rollback.prefills == 0
 
 
 class TestRefusedStates:
@@ -269,5 +274,5 @@ class TestStateSize:
         expected = ggufinfo.state_bytes(files["target"])
         assert expected == 3 * 4 * ((4 - 1) * (64 + 2 * 2 * 16) + 16 * 64)  # 3 delta-net layers
         target.evaluate(target.tokenize("hello"), 1)  # (an empty cache has no state to size)
-        got = L.llama_state_seq_get_size_ext(target._ctx, 0, 1)  # PARTIAL_ONLY: the recurrent part
+        got = L.llama_state_seq_get_size_ext(target.ctx, 0, 1)  # PARTIAL_ONLY: the recurrent part
         assert expected <= got <= expected * 1.01  # (plus llama.cpp's few bytes of bookkeeping)

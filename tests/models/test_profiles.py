@@ -63,6 +63,15 @@ class TestStore:
         p = ProfileStore(path).update("d", tmp_path / "d.gguf", draft_pass=0.2, verify={1: 1.0})
         assert p.draft_pass_history == [0.02, 0.2] and p.verify_history == {1: [0.1, 1.0]}
 
+    def test_use_counts_replies_and_an_older_profile_without_them_reads(self, tmp_path):
+        store = ProfileStore(tmp_path / "profiles.json")
+        store.update("k", tmp_path / "t.gguf", use={"none": Use(10, 1.0, replies=1)})
+        assert ProfileStore(tmp_path / "profiles.json").get("k").use["none"].replies == 1
+        raw = json.loads((tmp_path / "profiles.json").read_text())
+        del raw["k"]["use"]["none"]["replies"]  # as a profile written before replies were counted
+        (tmp_path / "profiles.json").write_text(json.dumps(raw))
+        assert ProfileStore(tmp_path / "profiles.json").get("k").use["none"] == Use(10, 1.0)
+
     def test_use_counts_rejections_for_the_acceptance_prior(self):
         assert Use(100, 1.0, 60, 40).prior() is None  # no rejections counted (an older profile)
         alpha = Use(100, 1.0, 60, 40, rejected=10).prior()
@@ -375,7 +384,7 @@ class TestSessionKeepsProfiles:
         again = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512), profiles=store)
         try:
             assert store.get(old) is None and store.get(new).use[how].rejected == 40
-            assert again._prior("draft") == prior_from(300, 40)  # the controller starts from it
+            assert again.drafting("draft").controller.alpha == pytest.approx(prior_from(300, 40))  # starts from it
         finally:
             again.close()
 

@@ -10,9 +10,6 @@ import json
 import numpy as np
 import pytest
 
-from localspec.llama.assistant import AssistantModel
-from localspec.llama.backend import LlamaModel
-from localspec.llama.mtp import MtpModel
 from tests.support.scripts import load_script
 from tests.support.states import WRONG
 
@@ -54,9 +51,7 @@ def test_no_near_tie_that_another_cpu_could_break(models, monkeypatch):
     """The fixture is checked on CPUs other than the one that wrote it, whose kernels sum in
     another order (logits apart by ~1e-5): no row of any run may be a near-tie that could pick
     another token there."""
-    gaps: list[float] = []
-    for cls in (LlamaModel, MtpModel, AssistantModel):
-        monkeypatch.setattr(cls, "_decode", _gaps_of(cls._decode, gaps))
+    gaps = rows_read(monkeypatch)
     settings = argparse.Namespace(**json.loads(parity.FIXTURE.read_text())["settings"])
     for check in parity.CHECKS:
         for n in (1, 3, 5):
@@ -64,15 +59,24 @@ def test_no_near_tie_that_another_cpu_could_break(models, monkeypatch):
     assert len(gaps) > 1000 and min(gaps) >= 1e-3
 
 
-def _gaps_of(decode, gaps: list[float]):
-    def recording(self, tokens, start, n_logits):
-        rows = decode(self, tokens, start, n_logits)
-        for row in rows:
-            top2 = np.partition(np.asarray(row, dtype=np.float64), -2)[-2:]
-            gaps.append(float(top2[1] - top2[0]))
-        return rows
+def rows_read(monkeypatch) -> list[float]:
+    """The top-2 gap of every logits row read from llama.cpp from now on, by any model (the
+    target, a draft model, an MTP block, an assistant: each reads its rows there)."""
+    import llama_cpp as L
 
-    return recording
+    gaps: list[float] = []
+    row_of = L.llama_get_logits_ith
+
+    def recording(ctx, i):
+        ptr = row_of(ctx, i)
+        if ptr:
+            n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(L.llama_get_model(ctx)))
+            top2 = np.partition(np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float64), -2)[-2:]
+            gaps.append(float(top2[1] - top2[0]))
+        return ptr
+
+    monkeypatch.setattr(L, "llama_get_logits_ith", recording)
+    return gaps
 
 
 @pytest.mark.parametrize("how", WRONG)

@@ -44,7 +44,7 @@ def test_a_rejected_draft_rolls_back_as_the_engine_would(hybrid, snapshots, k, r
         context = snapshot_cost.context_tokens(model, 21)
         model.evaluate(context[:-1], 1)
         model.checkpoint(lasting=True)
-        rb = model._rollback
+        rb = model.rollback
         before = rb.restores
         snapshot_cost.one_step(model, context, k, rejected=True)
         # the rejection's own rollback, then the step's way back to the context (a checkpoint)

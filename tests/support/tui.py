@@ -8,6 +8,8 @@ import asyncio
 import html
 import re
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,9 +128,11 @@ def make_app(
     store=None,
     warning=None,
 ) -> LocalspecApp:
+    """The app on a scripted fake session (default: HELLO), its notifications recorded
+    (``notified``); ``spec=None`` opens on the pair menu of ``catalog`` and ``files``."""
     session = session or FakeSession(list(HELLO))
     spec = PairSpec(Path("t.gguf"), Path("d.gguf")) if spec == "default" else spec
-    return LocalspecApp(
+    app = LocalspecApp(
         settings or Settings(),
         settings_warning=warning,
         session_factory=factory_for(session),
@@ -138,6 +142,24 @@ def make_app(
         locate=files.locate if files else None,
         pull=files.pull if files else None,
     )
+    notified(app)  # from the start: a warning at start-up is one
+    return app
+
+
+def notified(app) -> list[str]:
+    """The messages ``app`` has notified (its toasts), in order, since this was first called
+    for it (``make_app`` calls it for every app it makes)."""
+    notes = getattr(app.notify, "notes", None)
+    if notes is None:
+        notify, notes = app.notify, []
+
+        def recording(message, **kwargs):
+            notes.append(str(message))
+            return notify(message, **kwargs)
+
+        recording.notes = notes  # type: ignore[attr-defined]
+        app.notify = recording
+    return notes
 
 
 # Not a timing: only an app that is stuck reaches it. A working app is waited for as long as
@@ -179,10 +201,34 @@ async def ready(app, pilot):
     )
 
 
+@asynccontextmanager
+async def chat_app(session: FakeSession | None = None, *, app=None, size=SIZE, **kwargs) -> AsyncIterator:
+    """(app, pilot): ``app`` (else ``make_app(session, **kwargs)``) run by Textual's pilot at
+    ``size``, its pair loaded and the chat screen up."""
+    app = app or make_app(session, **kwargs)
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        yield app, pilot
+
+
 async def send(app, pilot, text: str):
     app.query_one("#chat-input").text = text
     app.query_one("#chat-input").focus()
     await pilot.press("enter")
+
+
+async def send_and_wait(app, pilot, text: str):
+    """Send ``text`` and wait for its reply to end: the message and the reply in the chat's
+    history, nothing generating."""
+    n = len(app.conversation.history) + 2
+    await send(app, pilot, text)
+    await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == n)
+
+
+async def run_race(app, pilot):
+    """Open the race (F5) on the last reply and wait until the target alone has run."""
+    await pilot.press("f5")
+    await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
 
 
 async def send_until_mid_stream(app, pilot, text: str):
@@ -193,11 +239,20 @@ async def send_until_mid_stream(app, pilot, text: str):
     )
 
 
+@asynccontextmanager
+async def mid_reply(text: str = "hi", **kwargs) -> AsyncIterator:
+    """(app, pilot, session): the chat app (``chat_app``'s keywords) on a gated HELLO session,
+    ``text`` sent and its reply's first step shown; the rest waits for ``session.gate.set()``."""
+    session = FakeSession(list(HELLO), gate=threading.Event())
+    async with chat_app(session, **kwargs) as (app, pilot):
+        await send_until_mid_stream(app, pilot, text)
+        yield app, pilot, session
+
+
 async def open_settings(app, pilot):
-    """The app ready, F9 pressed: the settings screen (asserted) it opens."""
+    """F9 pressed on the chat screen: the settings screen (asserted) it opens."""
     from localspec.tui.screens.app_settings import SettingsScreen
 
-    await ready(app, pilot)
     await pilot.press("f9")
     await pilot.pause()
     assert isinstance(app.screen, SettingsScreen)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from localspec.chat.session import PairSpec
+from localspec.chat.session import LoadOptions, PairSpec
 from localspec.chat.store import ChatStore
-from localspec.core.options import DraftOptions
+from localspec.core.options import DraftOptions, ModelOptions
 from localspec.settings import Settings, load_settings, settings_path
 from localspec.tui.app import LocalspecApp
 from localspec.tui.screens.pair import PairScreen, compatible_drafts
@@ -22,16 +22,17 @@ from tests.support.fake_session import (
     HELLO,
     HELLO_TEXT,
     FakeSession,
-    factory_for,
 )
 from tests.support.tui import (
     SIZE,
     Files,
+    chat_app,
     make_app,
-    ready,
+    mid_reply,
+    notified,
     rendered,
     send,
-    send_until_mid_stream,
+    send_and_wait,
     settled,
     wait_for,
 )
@@ -70,11 +71,19 @@ class TestEntryPoint:
 class TestLoading:
     async def test_a_longest_draft_of_0_in_the_settings_loads_the_target_alone(self):
         """Issue 66: the settings' draft_max 0 never drafts; no draft is loaded for it."""
-        app = make_app(FakeSession(list(HELLO)), settings=Settings(draft=DraftOptions(draft_max=0)))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app(settings=Settings(draft=DraftOptions(draft_max=0))) as (app, _):
             ((spec, options),) = app.session_factory.loaded
             assert spec == PairSpec(Path("t.gguf")) and options.draft_max == 0 and app.session.mode == "none"
+
+    async def test_the_load_options_carry_every_setting_copy_included(self):
+        from tests.support.options import NOT_DEFAULT  # every load option, none at its default
+
+        model = {k: v for k, v in NOT_DEFAULT.items() if k in ModelOptions.model_fields}
+        draft = DraftOptions(**{k: v for k, v in NOT_DEFAULT.items() if k in DraftOptions.model_fields})
+        async with chat_app(settings=Settings(**model, overflow="refuse", draft=draft)) as (app, _):
+            ((_, options),) = app.session_factory.loaded
+        assert options == LoadOptions(**NOT_DEFAULT, overflow="refuse")
+        assert options.copy is False
 
 
 class TestRealCatalogAndBackend:
@@ -83,14 +92,7 @@ class TestRealCatalogAndBackend:
 
         catalog, warnings = load_catalog(Settings())
         assert warnings == []
-        files = Files(tmp_path)
-        app = LocalspecApp(
-            Settings(),
-            session_factory=factory_for(FakeSession(list(HELLO))),
-            catalog=catalog,
-            locate=files.locate,
-            pull=files.pull,
-        )
+        app = make_app(spec=None, catalog=catalog, files=Files(tmp_path))
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             menu = app.screen
@@ -107,10 +109,8 @@ class TestRealCatalogAndBackend:
         target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_ctx=512)
         draft = write_tiny_gguf(tmp_path / "draft.gguf", seed=1, noise_of=0, noise=0.6, n_ctx=512)
         app = LocalspecApp(Settings(n_ctx=512, max_tokens=24, threads=1), spec=PairSpec(Path(target), Path(draft)))
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.session is not None)
-            await send(app, pilot, "hello world")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+        async with chat_app(app=app) as (app, pilot):
+            await send_and_wait(app, pilot, "hello world")
             reply = app.conversation.history[-1]
             assert reply.role == "assistant" and reply.status == "done"
             stats = reply.meta["stats"]
@@ -134,23 +134,16 @@ class TestRealCatalogAndBackend:
         app = LocalspecApp(
             Settings(n_ctx=options.MIN_CTX, max_tokens=24, threads=1), spec=PairSpec(Path(target), Path(draft))
         )
-        async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: app.session is not None)
+        notes = notified(app)
+        async with chat_app(app=app) as (app, pilot):
             assert app.session.target.n_ctx == options.MIN_CTX
             for turn in range(4):  # ~50 tokens a message on the tiny vocabulary: turns get dropped
-                await send(app, pilot, f"hello world {turn}")
-                await wait_for(
-                    pilot,
-                    lambda turn=turn: (
-                        len(app.conversation.history) == 2 * turn + 2 and app.chat_screen.generating is None
-                    ),
-                )
+                await send_and_wait(app, pilot, f"hello world {turn}")
                 assert app.conversation.history[-1].status == "done"
             await send(app, pilot, "the model is fast " * 40)  # ~770 tokens: more than the context
             await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 9)
-            await wait_for(pilot, lambda: any("the context holds 256" in n.message for n in app._notifications))
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 11 and app.chat_screen.generating is None)
+            await wait_for(pilot, lambda: any("the context holds 256" in n for n in notes))
+            await send_and_wait(app, pilot, "hi")
             assert app.conversation.history[-1].role == "assistant" and app.conversation.history[-1].status == "done"
 
 
@@ -159,17 +152,12 @@ class TestRealCatalogAndBackend:
 
 class TestPersistence:
     async def test_quit_start_chat_restored(self):
-        app = make_app(settings=Settings(show_draft_tokens=True))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "안녕 🚀")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+        async with chat_app(settings=Settings(show_draft_tokens=True)) as (app, pilot):
+            await send_and_wait(app, pilot, "안녕 🚀")
             spans = app.query(ReplyView).last().draft_spans
             chat_id = app.conversation.chat.id
             await pilot.press("ctrl+q")
-        app2 = make_app(settings=Settings(show_draft_tokens=True))
-        async with app2.run_test(size=SIZE) as pilot:
-            await ready(app2, pilot)
+        async with chat_app(settings=Settings(show_draft_tokens=True)) as (app2, pilot):
             assert app2.conversation.chat.id == chat_id and app2.conversation.chat.title == "안녕 🚀"
             assert [m.content for m in app2.conversation.history] == ["안녕 🚀", HELLO_TEXT]
             reply = app2.query(ReplyView).last()
@@ -177,11 +165,7 @@ class TestPersistence:
             assert "200.0 tok/s" in str(reply.query_one(".reply-summary").render())
 
     async def test_quit_mid_reply_keeps_partial(self):
-        session = FakeSession(list(HELLO), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send_until_mid_stream(app, pilot, "hi")
+        async with mid_reply() as (app, pilot, session):
             chat_id = app.conversation.chat.id
             await pilot.press("ctrl+q")
         session.gate.set()
@@ -189,11 +173,8 @@ class TestPersistence:
         assert [(m.role, m.content, m.status) for m in stored][-1] == ("assistant", "Hello,", "stopped")
 
     async def test_new_chat_list_and_switch(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "one [bold]not markup[/x]")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2)
+        async with chat_app() as (app, pilot):
+            await send_and_wait(app, pilot, "one [bold]not markup[/x]")
             first = app.conversation.chat.id
             await pilot.press("ctrl+n")
             assert app.conversation.history == [] and app.conversation.chat.id != first
@@ -209,11 +190,7 @@ class TestPersistence:
             assert [m.content for m in app.conversation.history] == ["one [bold]not markup[/x]", HELLO_TEXT]
 
     async def test_new_chat_mid_reply_keeps_partial_in_its_chat(self):
-        session = FakeSession(list(HELLO), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send_until_mid_stream(app, pilot, "hi")
+        async with mid_reply() as (app, pilot, session):
             first = app.conversation.chat.id
             await pilot.press("ctrl+n")
             session.gate.set()
@@ -227,11 +204,7 @@ class TestPersistence:
             ]
 
     async def test_another_pair_mid_reply_keeps_partial_in_the_chat(self):
-        session = FakeSession(list(HELLO), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send_until_mid_stream(app, pilot, "hi")
+        async with mid_reply() as (app, pilot, session):
             view = app.chat_screen.reply_view
             app.load_pair(PairSpec(Path("t.gguf"), None, True))  # F6 and another pair, mid-reply
             session.gate.set()
@@ -256,39 +229,29 @@ class TestPersistence:
         backups = list(path.parent.glob("settings.json.bad-*"))
         assert len(backups) == 1 and backups[0].read_text() == '{"n_ctx": 12, "theme": '
         assert path.read_text() == '{"n_ctx": 12, "theme": '  # never silently overwritten
-        app = make_app(settings=settings, warning=warning)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            notes = [n.message for n in app._notifications]
-            assert any("Using defaults" in n for n in notes)
+        async with chat_app(settings=settings, warning=warning) as (app, pilot):
+            assert any("Using defaults" in n for n in notified(app))
 
     async def test_corrupted_store_warns_and_starts(self, tmp_path):
         db = tmp_path / "data" / "chats.db"
         db.parent.mkdir(parents=True)
         db.write_bytes(b"garbage" * 1000)
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            assert any("damaged" in n.message for n in app._notifications)
-            await send(app, pilot, "still works")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2)
+        async with chat_app() as (app, pilot):
+            assert any("damaged" in n for n in notified(app))
+            await send_and_wait(app, pilot, "still works")
         assert list(db.parent.glob("chats.db.corrupt-*"))
 
     async def test_palette_lists_every_action(self):
         from localspec.tui.app import KEYS
 
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             titles = [c.title for c in app.get_system_commands(app.screen)]
             for _key, action, desc, _label in KEYS:
                 if action and action != "interrupt":
                     assert desc[0].upper() + desc[1:] in titles
 
     async def test_theme_toggle_is_saved(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             await pilot.press("ctrl+t")
             assert app.theme == "textual-light"
         assert load_settings()[0].theme == "textual-light"

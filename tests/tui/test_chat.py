@@ -34,11 +34,15 @@ from tests.support.tui import (
     SIZE,
     Files,
     assert_shows,
+    chat_app,
     make_app,
     make_catalog,
-    ready,
+    mid_reply,
+    notified,
     rendered,
+    run_race,
     send,
+    send_and_wait,
     send_until_mid_stream,
     wait_for,
 )
@@ -46,11 +50,7 @@ from tests.support.tui import (
 
 class TestChat:
     async def test_message_streams_and_is_stored(self):
-        session = FakeSession(list(HELLO), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send_until_mid_stream(app, pilot, "Say hello")
+        async with mid_reply("Say hello") as (app, pilot, session):
             assert app.chat_screen.generating == "chat"
             session.gate.set()
             await wait_for(pilot, lambda: app.chat_screen.generating is None)
@@ -64,9 +64,7 @@ class TestChat:
             assert app.conversation.chat.title == "Say hello"
 
     async def test_ctrl_c_when_idle_still_copies_in_the_input(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             box = app.query_one("#chat-input")
             box.text = "copy me"
             box.focus()
@@ -75,9 +73,7 @@ class TestChat:
             assert app.clipboard == "copy me"
 
     async def test_shift_enter_and_ctrl_j_insert_newlines(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             box = app.query_one("#chat-input")
             box.focus()
             await pilot.press("a", "ctrl+j", "b", "shift+enter", "c")
@@ -86,11 +82,7 @@ class TestChat:
 
     @pytest.mark.parametrize("key", ["escape", "ctrl+c"])
     async def test_stop_mid_stream_keeps_partial(self, key):
-        session = FakeSession(list(HELLO), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send_until_mid_stream(app, pilot, "Say hello")
+        async with mid_reply("Say hello") as (app, pilot, session):
             await pilot.press(key)
             session.gate.set()  # the worker leaves its wait, sees the stop, closes the generator
             await wait_for(pilot, lambda: app.chat_screen.generating is None)
@@ -104,16 +96,12 @@ class TestChat:
             assert session.generator_closed == 1
             # the app keeps working: the next message streams normally
             session.gate = None
-            await send(app, pilot, "again")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 4)
+            await send_and_wait(app, pilot, "again")
             assert app.conversation.history[-1].content == HELLO_TEXT
 
     async def test_regenerate_and_edit_last(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "first")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2)
+        async with chat_app() as (app, pilot):
+            await send_and_wait(app, pilot, "first")
             first_reply_id = app.conversation.history[-1].id
             await pilot.press("ctrl+r")
             await wait_for(
@@ -123,9 +111,7 @@ class TestChat:
             await pilot.press("ctrl+e")
             assert app.query_one("#chat-input").text == "first"
             assert app.conversation.history == [] and len(app.query(ReplyView)) == 0
-            app.query_one("#chat-input").text = "first, edited"
-            await pilot.press("enter")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            await send_and_wait(app, pilot, "first, edited")
             assert app.conversation.history[0].content == "first, edited"
 
     async def test_generation_error_is_reported_and_the_app_goes_on(self):
@@ -147,12 +133,10 @@ class TestChat:
             return real_chat(*args, **kwargs)
 
         session.chat = chat
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app(session) as (app, pilot):
             await send(app, pilot, "too long")
             await wait_for(pilot, lambda: app.chat_screen.generating is None and calls["n"] == 1)
-            await wait_for(pilot, lambda: any("5000 tokens [ctx 4096]" in n.message for n in app._notifications))
+            await wait_for(pilot, lambda: any("5000 tokens [ctx 4096]" in n for n in notified(app)))
             assert not app.query(ReplyView)  # nothing to keep
             await pilot.press("ctrl+r")  # the user message is still there: regenerate works
             await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
@@ -172,13 +156,8 @@ class TestChat:
 
 class TestSpeculationView:
     async def test_draft_colouring_follows_steps(self):
-        app = make_app(settings=Settings(show_draft_tokens=True))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(
-                pilot, lambda: app.chat_screen.generating is None and app.conversation.history[-1].role == "assistant"
-            )
+        async with chat_app(settings=Settings(show_draft_tokens=True)) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
             reply = app.query(ReplyView).last()
             # HELLO: step 1 accepts "Hello"; step 2 none; step 3 "!"+" How"; step 4 " you"
             drafted = [reply.text[a:b] for a, b in reply.draft_spans]
@@ -201,11 +180,8 @@ class TestSpeculationView:
 
     async def test_stats_panel_follows_steps(self):
         session = FakeSession(list(HELLO), step_seconds=0.01, baseline_tokens_per_second=50.0)
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+        async with chat_app(session) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
             values = app.query_one(StatsPanel).values
             # 8 tokens in 4 passes of 0.01 s: 200 tok/s; 50 tok/s target-only: 4.00×
             assert values["tokens/s"] == "200.0"
@@ -238,11 +214,8 @@ class TestSpeculationView:
     @pytest.mark.parametrize("size", [SIZE, (80, 30)])  # the wide and the narrow side panel
     async def test_stats_panel_shows_the_gpu_split(self, plan, shown, size):
         session = FakeSession(list(HELLO), offload=plan)
-        app = make_app(session)
-        async with app.run_test(size=size) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+        async with chat_app(session, size=size) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
             panel = app.query_one(StatsPanel)
             line = panel.query_one("#stats-offload")
             assert panel.offload == shown and line.display
@@ -250,11 +223,7 @@ class TestSpeculationView:
             assert line.region.height == 1  # one line, also in the narrow layout's panel
 
     async def test_panel_keeps_updating_under_a_dialog(self):
-        session = FakeSession(list(HELLO), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send_until_mid_stream(app, pilot, "hi")
+        async with mid_reply() as (app, pilot, session):
             await pilot.press("f1")  # help on top while the reply streams on
             session.gate.set()
             await wait_for(pilot, lambda: app.chat_screen.generating is None)
@@ -263,15 +232,12 @@ class TestSpeculationView:
             assert type(app.screen).__name__ == "HelpScreen"
 
     async def test_inspector_marks_steps(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             inspector = app.query_one(StepInspector)
             assert not inspector.display
             await pilot.press("f3")
             assert inspector.display
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+            await send_and_wait(app, pilot, "hi")
             app.chat_screen.refresh_panels(force=True)
             steps = inspector.steps
             assert [s.n_accepted for s in steps] == [1, 0, 2, 1]
@@ -289,9 +255,7 @@ class TestHonestNumbers:
     async def test_drafting_line_follows_the_stream(self):
         # after step 1 the controller says on (k=4); from step 3 on it says off, trying again
         session = FakeSession(list(HELLO), gate=threading.Event(), drafting=[ON_K4, ON_K4, OFF_TRY])
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app(session) as (app, pilot):
             panel = app.query_one(StatsPanel)
             await wait_for(pilot, lambda: panel.values.get("drafting") == ON_K4.line)  # asked at load
             await send_until_mid_stream(app, pilot, "hi")
@@ -316,11 +280,8 @@ class TestHonestNumbers:
         session = FakeSession(
             list(NOT_DRAFTING), step_seconds=0.01, baseline_tokens_per_second=50.0, drafting=[OFF_CPU]
         )
-        app = make_app(session)
-        async with app.run_test(size=size) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+        async with chat_app(session, size=size) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
             app.chat_screen.refresh_panels(force=True)
             await pilot.pause()
             values = app.query_one(StatsPanel).values
@@ -339,8 +300,7 @@ class TestHonestNumbers:
             assert_shows(app, "drafting", "off", "0.62", "0.80×", "hardware", "1.00×")  # (wrapped lines)
             # a later reply that drafts gets its ratio back; the session's total too
             session.script, session.drafting = list(HELLO), [ON_K4]
-            await send(app, pilot, "again")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 4)
+            await send_and_wait(app, pilot, "again")
             app.chat_screen.refresh_panels(force=True)
             values = app.query_one(StatsPanel).values
             assert values["speed-up"] == "4.00× est."  # 8 tokens in 4 passes of 0.01 s: 200 tok/s
@@ -354,9 +314,7 @@ class TestHonestNumbers:
 class TestThinking:
     async def test_thinking_streams_into_a_closed_block_and_the_answer_below(self):
         session = FakeSession(list(QWEN3), gate=threading.Event())
-        app = make_app(session, settings=Settings(show_draft_tokens=True))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app(session, settings=Settings(show_draft_tokens=True)) as (app, pilot):
             await send(app, pilot, "Say hello")
             await wait_for(
                 pilot, lambda: app.chat_screen.reply_view is not None and app.chat_screen.reply_view.thinking == "The"
@@ -388,8 +346,7 @@ class TestThinking:
             assert (stored.content, stored.thinking) == (QWEN3_ANSWER, QWEN3_THINKING)
             assert stored.meta["stats"]["thinking_tokens"] == 10
             # the history sent back holds the answer only (Qwen3's template drops old thinking)
-            await send(app, pilot, "And again")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 4)
+            await send_and_wait(app, pilot, "And again")
             assert session.calls[-1]["messages"] == [
                 {"role": "user", "content": "Say hello"},
                 {"role": "assistant", "content": QWEN3_ANSWER},
@@ -398,24 +355,19 @@ class TestThinking:
             export = app.chat_screen.action_export().read_text()
             assert "<details><summary>Thinking</summary>\n\nThe user wants a greeting.\n\n</details>" in export
             # the race compares answers: the target alone thinks the same and answers the same
-            await pilot.press("f5")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
+            await run_race(app, pilot)
             assert app.screen.target_text == QWEN3_ANSWER
             assert "identical replies" in rendered(app.screen.query_one("#race-verdict"))
 
     async def test_restart_shows_the_stored_thinking_closed(self):
-        app = make_app(FakeSession(list(QWEN3)))  # the Markdown view, a reply faster than the mount
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+        # the Markdown view, a reply faster than the mount
+        async with chat_app(FakeSession(list(QWEN3))) as (app, pilot):
+            await send_and_wait(app, pilot, "Say hello")
             await pilot.pause()
             block = app.query(ReplyView).last().query_one(".reply-thinking")
             assert block.display and block.region.height == 1 and block.title == "Thought for 10 tokens"
             await pilot.press("ctrl+q")
-        app2 = make_app(FakeSession(list(HELLO)))
-        async with app2.run_test(size=SIZE) as pilot:
-            await ready(app2, pilot)
+        async with chat_app(FakeSession(list(HELLO))) as (app2, pilot):
             reply = app2.query(ReplyView).last()
             block = reply.query_one(".reply-thinking")
             assert block.display and block.collapsed and block.title == "Thought for 10 tokens"
@@ -425,9 +377,7 @@ class TestThinking:
 
     async def test_stopped_while_thinking_keeps_the_thinking(self):
         session = FakeSession(list(QWEN3), gate=threading.Event())
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app(session) as (app, pilot):
             await send(app, pilot, "Say hello")
             await wait_for(
                 pilot, lambda: app.chat_screen.reply_view is not None and app.chat_screen.reply_view.thinking == "The"

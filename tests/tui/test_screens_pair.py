@@ -15,7 +15,6 @@ from localspec.tui.screens.pair import MTP_LABEL, PairScreen, compatible_drafts,
 from tests.support.fake_session import (
     HELLO,
     FakeSession,
-    factory_for,
 )
 from tests.support.tui import (
     SIZE,
@@ -23,6 +22,7 @@ from tests.support.tui import (
     FakePair,
     Files,
     Ref,
+    make_app,
     make_catalog,
     wait_for,
 )
@@ -89,10 +89,8 @@ class TestDrafters:
 
     async def test_choosing_mtp_opens_the_target_drafting_for_itself(self, tmp_path):
         files = Files(tmp_path, present={"q35-9b.gguf", "q35-0.8b.gguf"})
-        session = FakeSession(list(HELLO))
-        factory = factory_for(session)
-        catalog = FakeCatalog([qwen35_pair()], "q35")
-        app = LocalspecApp(Settings(), session_factory=factory, catalog=catalog, locate=files.locate, pull=files.pull)
+        app = make_app(spec=None, catalog=FakeCatalog([qwen35_pair()], "q35"), files=files)
+        factory = app.session_factory
         async with app.run_test(size=SIZE) as pilot:
             await wait_for_menu(pilot, app)
             menu = app.screen
@@ -115,17 +113,14 @@ class TestPairs:
 
     async def test_first_run_menu_download_and_open(self, tmp_path):
         files = Files(tmp_path)
-        session = FakeSession(list(HELLO))
-        factory = factory_for(session)
-        app = LocalspecApp(
-            Settings(), session_factory=factory, catalog=make_catalog(), locate=files.locate, pull=files.pull
-        )
+        app = make_app(spec=None, catalog=make_catalog(), files=files)
+        factory = app.session_factory
         async with app.run_test(size=SIZE) as pilot:
             await wait_for_menu(pilot, app)
             menu = app.screen
             assert menu.pair.id == "qwen"  # the default is preselected
-            select = menu.query_one("#draft-select")
-            assert [str(o[0]) for o in select._options if o[1] != select.BLANK] == [
+            offered = menu.query_one("#draft-select").query_one("SelectOverlay")  # the list it opens
+            assert [str(offered.get_option_at_index(i).prompt) for i in range(offered.option_count)] == [
                 "qwen-0.5b.gguf  (976.6 KB)",
                 "prompt lookup (no draft model)",
                 "none (target alone)",
@@ -171,13 +166,7 @@ class TestPairs:
             use={str(draft.resolve()): profiles.Use(100, 6.0, 90, 80)},
         )
         store.update(profiles.model_key(draft, machine, None, 0), draft, draft_pass=0.033)
-        app = LocalspecApp(
-            Settings(),
-            session_factory=factory_for(FakeSession(list(HELLO))),
-            catalog=make_catalog(),
-            locate=files.locate,
-            pull=files.pull,
-        )
+        app = make_app(spec=None, catalog=make_catalog(), files=files)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for_menu(pilot, app)
             shown = str(app.screen.query_one("#pair-list").get_option_at_index(0).prompt)
@@ -191,11 +180,8 @@ class TestPairs:
         files = Files(tmp_path, present={"llama-8b.gguf"})
         save_settings(Settings(default_pair="llama", default_draft="lookup"))
         settings, _ = load_settings()
-        session = FakeSession(list(HELLO))
-        factory = factory_for(session)
-        app = LocalspecApp(
-            settings, session_factory=factory, catalog=make_catalog(), locate=files.locate, pull=files.pull
-        )
+        app = make_app(settings=settings, spec=None, catalog=make_catalog(), files=files)
+        factory = app.session_factory
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: app.session is not None)
             spec, _ = factory.loaded[0]
@@ -204,13 +190,7 @@ class TestPairs:
     async def test_cancel_download_keeps_app_running(self, tmp_path):
         files = Files(tmp_path)
         files.release.clear()
-        app = LocalspecApp(
-            Settings(),
-            session_factory=factory_for(FakeSession(list(HELLO))),
-            catalog=make_catalog(),
-            locate=files.locate,
-            pull=files.pull,
-        )
+        app = make_app(spec=None, catalog=make_catalog(), files=files)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for_menu(pilot, app)
             await pilot.click("#open")

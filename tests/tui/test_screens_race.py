@@ -20,12 +20,11 @@ from tests.support.fake_session import (
     FakeSession,
 )
 from tests.support.tui import (
-    SIZE,
     STUCK_S,
-    make_app,
-    ready,
+    chat_app,
     rendered,
-    send,
+    run_race,
+    send_and_wait,
     wait_for,
 )
 
@@ -34,15 +33,11 @@ class TestRace:
     async def test_race_replaces_estimate_with_measurement(self):
         # target alone: 8 steps of 0.02 s = 50 tok/s; speculative 200 tok/s → measured 4.00×
         session = FakeSession(list(HELLO), none_step_seconds=0.02)
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
-            await pilot.press("f5")
-            assert isinstance(app.screen, RaceScreen)
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
+        async with chat_app(session) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
+            await run_race(app, pilot)
             race = app.screen
+            assert isinstance(race, RaceScreen)
             assert session.calls[-1]["mode"] == "none"
             assert session.calls[-1]["messages"] == [{"role": "user", "content": "hi"}]
             assert race.target_text == HELLO_TEXT
@@ -62,13 +57,9 @@ class TestRace:
         session = FakeSession(
             list(NOT_DRAFTING), step_seconds=0.0100, none_step_seconds=[0.0104, 0.0102], drafting=[OFF_CPU]
         )
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
-            await pilot.press("f5")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
+        async with chat_app(session) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
+            await run_race(app, pilot)
             race = app.screen
             assert [c["mode"] for c in session.calls] == ["draft", "none", "none"]
             verdict = rendered(race.query_one("#race-verdict"))
@@ -88,13 +79,9 @@ class TestRace:
     async def test_race_when_the_reply_drafted_shows_the_spread(self):
         # speculative 200 tok/s; the target alone 50 and 40 tok/s (mean 45): 4.44×, 4.00–5.00×
         session = FakeSession(list(HELLO), none_step_seconds=[0.02, 0.025])
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
-            await pilot.press("f5")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
+        async with chat_app(session) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
+            await run_race(app, pilot)
             verdict = rendered(app.screen.query_one("#race-verdict"))
             assert verdict == (
                 "measured speed-up 4.44×  (200.0 vs 45.0 tok/s; the target alone ran twice, "
@@ -104,11 +91,8 @@ class TestRace:
 
     async def test_closing_the_race_between_runs_keeps_the_first(self, monkeypatch):
         session = FakeSession(list(HELLO), none_step_seconds=0.02)
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and len(app.conversation.history) == 2)
+        async with chat_app(session) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
             second_run = threading.Event()  # the race's second run waits after its first step, so Esc lands in it
             chat = session.chat
 

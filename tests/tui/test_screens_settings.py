@@ -9,19 +9,16 @@ from tests.support.fake_session import (
     FakeSession,
 )
 from tests.support.tui import (
-    SIZE,
-    make_app,
+    chat_app,
     open_settings,
-    ready,
-    send,
+    send_and_wait,
     wait_for,
 )
 
 
 class TestSettings:
     async def test_settings_screen_validates_and_saves(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
+        async with chat_app() as (app, pilot):
             screen = await open_settings(app, pilot)
             screen.query_one("#k-n_ctx").value = "12"  # below the allowed 256
             screen.action_save()
@@ -37,8 +34,7 @@ class TestSettings:
 
     async def test_the_save_button_saves(self):
         """The Save button's handler is the form's (OptionForm.action_save), inherited."""
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
+        async with chat_app() as (app, pilot):
             screen = await open_settings(app, pilot)
             screen.query_one("#k-draft-draft_max").value = "6"
             screen.query_one("#save").press()
@@ -51,8 +47,7 @@ class TestSettings:
         from localspec.tui.screens.app_settings import SettingsScreen
 
         monkeypatch.setattr(options, "usable_cpus", lambda: 2)
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
+        async with chat_app() as (app, pilot):
             screen = await open_settings(app, pilot)
             beside = lambda key: str(screen.query_one(f"#e-k-{key}").render())
             screen.query_one("#k-n_ctx").value = "200"
@@ -79,9 +74,7 @@ class TestSettings:
         assert (saved.n_ctx, saved.threads, saved.draft.p_min) == (options.MIN_CTX, 8, 0.5)
 
     async def test_chat_settings_refuse_beside_the_field(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             await pilot.press("f7")
             await pilot.pause()
             screen = app.screen
@@ -107,11 +100,8 @@ class TestSettings:
 
     async def test_export_copy_and_chat_settings(self, tmp_path):
         session = FakeSession([(["```py\n", "print(1)\n", "```"], 1, 2)])
-        app = make_app(session, settings=Settings(export_dir=tmp_path / "out"))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "code please")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+        async with chat_app(session, settings=Settings(export_dir=tmp_path / "out")) as (app, pilot):
+            await send_and_wait(app, pilot, "code please")
             await pilot.press("alt+k")
             assert app.clipboard == "print(1)"
             await pilot.press("alt+c")
@@ -143,8 +133,7 @@ class TestHistorySettings:
     (localspec.chat.history) with a button that forgets it."""
 
     async def test_the_switch_saves_draft_history(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
+        async with chat_app() as (app, pilot):
             screen = await open_settings(app, pilot)
             switch = screen.query_one("#k-draft-history")
             assert switch.value is True
@@ -159,8 +148,7 @@ class TestHistorySettings:
         store = HistoryStore()
         store.add("aa", [1, 2, 3])
         store.add("bb", [4, 5, 6, 7])
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
+        async with chat_app() as (app, pilot):
             screen = await open_settings(app, pilot)
             summary = lambda: str(screen.query_one("#history-summary").render())
             assert "kept: 2 past replies, 7 tokens, " in summary() and str(store.root) in summary()
@@ -175,7 +163,6 @@ class TestHistorySettings:
         store = HistoryStore()
         (store.root / "aa").mkdir(parents=True)
         (store.root / "aa" / "base.npz").write_bytes(b"junk")
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
+        async with chat_app() as (app, pilot):
             screen = await open_settings(app, pilot)
             assert "set aside as base.npz.bad-" in str(screen.query_one("#history-summary").render())

@@ -3,22 +3,20 @@ tests.support.tui.screen_text): the labels and values a user must see."""
 
 from __future__ import annotations
 
-from localspec.settings import Settings
-from localspec.tui.app import LocalspecApp
 from localspec.tui.screens.pair import PairScreen
 from tests.support.fake_session import (
     HELLO,
     FakeSession,
-    factory_for,
 )
 from tests.support.tui import (
     SIZE,
     Files,
     assert_shows,
+    chat_app,
     make_app,
     make_catalog,
-    ready,
-    send,
+    run_race,
+    send_and_wait,
     wait_for,
 )
 
@@ -27,12 +25,9 @@ class TestScreenshots:
     """Each main screen as drawn; the test checks the labels and values a user must see."""
 
     async def test_chat_screen_svg(self):
-        app = make_app()
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app() as (app, pilot):
             await pilot.press("f3")
-            await send(app, pilot, "Say hello")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            await send_and_wait(app, pilot, "Say hello")
             app.chat_screen.refresh_panels(force=True)
             await pilot.pause()
             assert_shows(
@@ -50,13 +45,9 @@ class TestScreenshots:
             )
 
     async def test_race_and_light_theme_svg(self):
-        app = make_app(FakeSession(list(HELLO), none_step_seconds=0.02))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "hi")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
-            await pilot.press("f5")
-            await wait_for(pilot, lambda: app.chat_screen.generating is None and app.screen.target_tps is not None)
+        async with chat_app(FakeSession(list(HELLO), none_step_seconds=0.02)) as (app, pilot):
+            await send_and_wait(app, pilot, "hi")
+            await run_race(app, pilot)
             await pilot.pause()
             dark = app.export_screenshot()
             assert_shows(
@@ -76,13 +67,7 @@ class TestScreenshots:
 
     async def test_pair_menu_and_help_svg(self, tmp_path):
         files = Files(tmp_path, present={"qwen-1.5b.gguf", "qwen-0.5b.gguf"})
-        app = LocalspecApp(
-            Settings(),
-            session_factory=factory_for(FakeSession(list(HELLO))),
-            catalog=make_catalog(),
-            locate=files.locate,
-            pull=files.pull,
-        )
+        app = make_app(spec=None, catalog=make_catalog(), files=files)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, PairScreen))
             await pilot.pause()

@@ -18,12 +18,9 @@ from tests.support.fake_session import (
     FakeSession,
 )
 from tests.support.tui import (
-    SIZE,
     assert_shows,
-    make_app,
-    ready,
-    send,
-    wait_for,
+    chat_app,
+    send_and_wait,
 )
 
 
@@ -40,11 +37,8 @@ class TestHelpers:
 
     async def test_escape_sequences_in_a_reply_are_drawn_not_sent(self):
         session = FakeSession([(["ok ", "\x1b[2J"], 1, 1), (["\x07done"], 0, 0)])
-        app = make_app(session, settings=Settings(show_draft_tokens=True))
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await send(app, pilot, "paste \x1b]0;title\x07")
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+        async with chat_app(session, settings=Settings(show_draft_tokens=True)) as (app, pilot):
+            await send_and_wait(app, pilot, "paste \x1b]0;title\x07")
             assert app.conversation.history[-1].content == "ok \x1b[2J\x07done"  # stored unchanged
             reply = app.query(ReplyView).last()
             assert reply.coloured_text().plain == "ok ␛[2J␇done"
@@ -68,21 +62,16 @@ class TestStreamEnd:
         a task that never started, and awaiting it raises CancelledError: let out of the screen's
         handler, it ended the screen's message loop and the chat hung. Played here without the
         timing: a stream started and stopped at once."""
-        from textual.widgets import Markdown
-
         session = FakeSession(list(HELLO))
-        app = make_app(session)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
+        async with chat_app(session) as (app, pilot):
             view = ReplyView(status="streaming", classes="reply")
             await app.chat_screen.chat_log.mount(view)
             await view.finish("done", "")  # the stream on_mount started, done with
             view.status = "streaming"
-            # on_mount again, up to the yield: a stream started (its task not run yet) and the
-            # text that came before the mount handed to it
-            view._stream = Markdown.get_stream(view.markdown)
+            # on_mount again: a stream started, its task not run yet (no text came before the
+            # mount, so nothing was written to it)
+            await view.on_mount()
             view.text = "**bold** reply"
             await view.finish("done", "2 tokens")  # raised CancelledError before the fix
             assert view.markdown.source == "**bold** reply"  # drawn, though the stream never ran
-            await send(app, pilot, "hi")  # the app runs on
-            await wait_for(pilot, lambda: len(app.conversation.history) == 2 and app.chat_screen.generating is None)
+            await send_and_wait(app, pilot, "hi")  # the app runs on
