@@ -396,11 +396,14 @@ class Session:
         draft_max: int | None = None,
         p_min: float | None = None,
         repeatable: bool | None = None,
+        expected_tokens: int | None = None,
     ) -> Iterator[Step]:
         """The reply to ``messages`` in ``mode``, step by step; ``draft_max`` / ``p_min``: this
-        reply's drafting limits (see ``engine``). A sampled reply with a seed is repeatable
-        (the same seed, the same reply, in this session) unless ``repeatable=False`` (the
-        bench, which measures the adaptive drafting at every temperature)."""
+        reply's drafting limits (see ``engine``); ``expected_tokens``: how long it is expected to
+        run where no ``max_tokens`` was asked for (``expected_reply``; else ``max_tokens``). A
+        sampled reply with a seed is repeatable (the same seed, the same reply, in this session)
+        unless ``repeatable=False`` (the bench, which measures the adaptive drafting at every
+        temperature)."""
         ids, _ = self.fit(messages, max_tokens, raw)
         counted = self.modes[mode or self.mode].counts_as_use  # the bench's modes are not the user's use
         if repeatable is None:
@@ -409,7 +412,7 @@ class Session:
             engine = self.engine(mode, draft_max, p_min, prompt_len=len(ids), repeatable=repeatable)
             engine.after_prefill = self._recheck
             reply: list[int] = []
-            for step in engine.generate(ids, params, max_tokens, stop, self._expected_reply()):
+            for step in engine.generate(ids, params, max_tokens, stop, expected_tokens):
                 if counted:
                     self._count(mode, step)
                 reply += step.emitted
@@ -457,9 +460,10 @@ class Session:
         u.rejected += accepted < drafted
         u.replies += step.finish is not None
 
-    def _expected_reply(self) -> int | None:
+    def expected_reply(self) -> int | None:
         """The tokens a reply of this target usually has here (its replies in every mode, kept
-        and since), None before any ended."""
+        and since: their mean), None before any ended: what a request that asks for no
+        ``max_tokens`` is expected to run (``localspec serve``)."""
         kept = self._kept("target")
         uses = [*(kept.use.values() if kept else ()), *self._use.values()]
         total = sum(uses, Use())

@@ -136,6 +136,8 @@ class Generations:
                 stop=job.stop,
                 draft_max=job.draft_max,
                 p_min=job.p_min,
+                # what drafting may win: the max_tokens asked for, else the usual reply's length
+                expected_tokens=None if job.max_tokens else self.session.expected_reply(),
             )
             try:
                 for step in steps:

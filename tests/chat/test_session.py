@@ -175,12 +175,15 @@ class TestModes:
         msgs = [{"role": "user", "content": "hello"}]
         try:
             assert reply(s, msgs, n=6)
-            assert s.drafting("draft").controller.reading.n_reply == 6  # nothing known: the budget
+            assert s.drafting("draft").controller.reading.n_reply == 6  # nothing known: max_tokens
             s.save_profile()
             use = store.get(s.profile_keys.target).use
             assert sum(u.replies for u in use.values()) == 1 and sum(u.tokens for u in use.values()) == 6
+            assert s.expected_reply() == 6
             assert reply(s, msgs, n=40)
-            assert s.drafting("draft").controller.reading.n_reply == 6  # the usual length, not the budget
+            assert s.drafting("draft").controller.reading.n_reply == 40  # asked for: what is asked
+            list(s.chat(msgs, GREEDY, 40, expected_tokens=s.expected_reply()))
+            assert s.drafting("draft").controller.reading.n_reply < 40  # none asked: the usual length
         finally:
             s.close()
 
