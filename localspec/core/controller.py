@@ -34,15 +34,10 @@ class FixedController:
         self.costs, self.k, self.draft_max = costs, k, k
         self.reason, self.policy = reason, policy  # what the drafting line says fixed it
         self.acceptance = Acceptance(policy=policy)
-        self.reading: Reading | None = None  # what the draft reads of this reply's prompt
+        self.reading: Reading | None = None  # never planned: k every step, whatever reading costs
 
-    def plan_read(self, n_prompt: int, n_read: int, n_reply: int) -> Reading:
-        """What the draft's reading of the prompt costs (``reading``); it drafts k every step
-        all the same."""
-        rates = speeds(self.costs, self.acceptance.alpha, self.k) if self.costs.verify else np.ones(1)
-        reading = plan_reading(self.costs, rates, n_prompt, n_read, n_reply, self.policy)
-        self.reading = replace(reading, skip=False, hold=False)
-        return self.reading
+    def plan_read(self, n_prompt: int, n_read: int, n_reply: int) -> None:
+        """Nothing to weigh: a fixed k drafts every step, the prompt's reading at its first."""
 
     def choose(self, behind: Callable[[], int] | None = None, budget: int | None = None) -> Choice:
         fixed = Choice(self.k, math.nan, math.nan, reason=Reason.FIXED, best_k=self.k, note=self.reason)

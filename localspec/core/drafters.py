@@ -196,12 +196,12 @@ class ModelDrafter(DrafterBase):
         """A recurrent draft model that has a prompt to read reads all of it but its last token
         first and keeps a lasting checkpoint there: a regenerated reply starts from it, not
         from the first token. The tokens read."""
-        if self.model.rollback_depth is None or self.behind(context) < _costs.READ_MIN:
+        n_behind = self.behind(context) if self.model.rollback_depth is not None else 0
+        if n_behind < _costs.READ_MIN:
             return 0
-        n_read = self.behind(context) - 1
         self.model.sync(context[:-1], known=known)
         self.model.checkpoint(lasting=True)
-        return n_read
+        return n_behind - 1
 
     def behind(self, context: Sequence[int]) -> int:
         return len(context) - common_prefix(self.model.cached, context)
