@@ -21,12 +21,13 @@ from .costs import CostModel, best_k, extension_value, speeds
 from .drafters import Draft
 from .estimates import Acceptance
 from .options import DEFAULT_DRAFT_MAX
+from .plan import Decides
 from .policy import DEFAULT, Policy
 from .reading import Reading, plan_reading
 from .sizes import SteadySize
 
 
-class FixedController:
+class FixedController(Decides):
     """``--no-adapt``: ``k`` drafts every step (0: the target alone), nothing tried; the
     acceptance is counted for the predicted speed-up only."""
 
@@ -98,7 +99,7 @@ def pick_copy(
     return best, int(np.argmax(extension_value(costs, best.alpha, j, alpha, max(min(k, room - j), 0), rate)))
 
 
-class AdaptiveController:
+class AdaptiveController(Decides):
     """The best k at the learnt acceptance, else tries as the budget affords. ``gated``: k is a
     cap, a gate weighs each proposal (prompt lookup); ``extend_when_sure``: a draft sure of its
     tokens may run past k (``rules.MarginalRule``)."""
@@ -234,7 +235,9 @@ class AdaptiveController:
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes
         reach = speeds(self.costs, 1.0, self.draft_max, propose=self.acceptance.propose)
         stake = (best_gain(reach) - 1.0) * self.costs.T(1)
-        if waits or not self.tries.due(rates, probe_k, behind, stake, self.drafted):
+        if waits:  # the first try comes once the opening is over, unpriced
+            return replace(off, next_try_in=self.policy.opening_steps + 1 - self._steps)
+        if not self.tries.due(rates, probe_k, behind, stake, self.drafted):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
         self.tries.start()
         return trying

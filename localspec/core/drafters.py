@@ -9,7 +9,7 @@ more only where they cost no pass (a copy). ``Draft.q_draft`` holds the processe
 each token was sampled from; ``None`` means chosen deterministically, which verification treats
 as one-hot q. The hooks ``behind`` and ``observe`` are no-ops in
 :class:`DrafterBase`. A copier stands beside a draft model: the engine asks it every step, and
-the controller takes its proposal where it is worth more (``Controller.pick``).
+the controller takes its proposal where it is worth more (``Controller.decide``).
 """
 
 from __future__ import annotations

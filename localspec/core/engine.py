@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import cast
 
 import numpy as np
@@ -25,7 +26,7 @@ from . import costs as _costs
 from .controller import AdaptiveController, Controller, FixedController
 from .costs import CostModel
 from .drafters import Draft, Drafter, NoDrafter
-from .options import MAX_DRAFT
+from .plan import Now, Plan
 from .protocol import CachedModel
 from .sampling import (
     SamplingParams,
@@ -148,23 +149,22 @@ class SpeculativeEngine:
 
     def _step(self, context, params, rng, stream, budget, room, prefill, picked) -> Step:
         t_start = _costs.clock()
-        choice = self.controller.choose(lambda: self.drafter.behind(context), budget)
-        # drafting past the token budget or the context is wasted work
-        draft_max = max(0, min(budget - 1, room - 1))
-        k = min(choice.k, draft_max)
+        plan = self.controller.decide(
+            Now(
+                budget,
+                room,
+                lambda n: [c.draft(context, n, params, rng) for c in self.copiers],
+                lambda: self.drafter.behind(context),
+                self.drafter.extends,
+                partial(through_eog, self.target),
+                self.drafter.name,
+            )
+        )
         t0 = _costs.clock()
-        # copies cost no pass: as long as a verify's rows and the budget allow, as its gate prices
-        n_copy = min(draft_max, MAX_DRAFT)
-        copies = [c.draft(context, n_copy, params, rng) for c in self.copiers] if n_copy > 0 else []
-        copy, n_extend = self.controller.pick(copies, k, n_copy if self.drafter.extends else 0)
-        if copy is not None:  # its verdict is the copier's business; a copy through an end ends there
-            n_extend = n_extend if through_eog(self.target, copy.ids) == len(copy.ids) else 0
-            draft = extend(self.drafter, replace(copy, copied=True), context, n_extend, params, rng)
-        else:
-            draft = self.drafter.draft(context, k, params, rng, min(choice.draft_max, draft_max)) if k else Draft()
+        draft = self._propose(plan, context, params, rng)
         t1 = _costs.clock()
-        drafted = draft.ids[: through_eog(self.target, draft.ids[:draft_max])]  # a copy may run past k
-        padding = pad(self.target, context, drafted, choice.rows)
+        drafted = draft.ids[: through_eog(self.target, draft.ids[: plan.limit])]  # a draft ends at its first end
+        padding = pad(self.target, context, drafted, plan.rows)
         batch = context + list(drafted) + padding
         prepare_rollback(self.target, len(drafted) + len(padding))
         n_rows, known = len(batch) - len(context) + 1, known_prefix(self.target, context)
@@ -177,7 +177,7 @@ class SpeculativeEngine:
             t2 = _costs.clock()
             verdict = accept(rows, context, drafted, draft, params, rng)
         self.target.truncate(len(context) + verdict.n_accepted)  # rollback rejected drafts
-        self._learn(draft, copy, copies, drafted, verdict, n_rows, t1 - t0, t2 - t1)
+        self._learn(draft, plan.copy, plan.copies, drafted, verdict, n_rows, t1 - t0, t2 - t1)
         kept = list(drafted[: verdict.n_accepted]) + [verdict.token]
         emitted, finish = cut(self.target, kept, budget)
         context.extend(kept)
@@ -192,8 +192,8 @@ class SpeculativeEngine:
             token=verdict.token,
             emitted=tuple(emitted),
             text=text,
-            model_k=k,
-            predicted_speedup=choice.predicted_speedup,
+            model_k=plan.model_k,
+            predicted_speedup=plan.choice.predicted_speedup,
             prefill_seconds=prefill,
             draft_seconds=t1 - t0,
             verify_seconds=t2 - t1,
@@ -204,6 +204,12 @@ class SpeculativeEngine:
             n_copied=min(draft.n_copied, len(drafted)) if draft.match else 0,  # a suffix match's, in any mode
             n_padded=len(padding),
         )
+
+    def _propose(self, plan: Plan, context, params, rng) -> Draft:
+        """The plan's proposal: its copy and the drafter's tokens after it, or the drafter's own."""
+        if plan.copy is not None:  # its verdict is the copier's business
+            return extend(self.drafter, replace(plan.copy, copied=True), context, plan.k, params, rng)
+        return self.drafter.draft(context, plan.k, params, rng, plan.draft_max) if plan.k else Draft()
 
     def _learn(
         self, draft: Draft, copy: Draft | None, copies, drafted, verdict: Verdict, n_verified: int, t_draft, t_verify
