@@ -44,6 +44,8 @@ def target_section(rep: dict) -> list[str]:
     if draft:
         what = "MTP pass" if rep.get("draft") == "MTP" else "Draft pass"
         lines.append(f"{what}: {draft * 1000:.2f} ms = {draft / t1:.2f} x T(1)")
+        if curve.get("draft_read_over_t1"):  # what `bench --replay --draft-read` replays a GPU at
+            lines.append(f"A prompt token's read by the draft: {curve['draft_read_over_t1']:.4f} x T(1)")
     change = rep.get("size_change")
     if change:
         lines.append(

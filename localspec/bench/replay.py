@@ -47,6 +47,7 @@ from ..chat.replies import LEAD_IN
 from ..chat.session import CALIBRATION_SIZES, LONGEST_VERIFY
 from ..core import calibration
 from ..core import costs as costs_module
+from ..core.calibration import CALIBRATION_PREFIX
 from ..core.costs import CostModel, DraftCost, VerifyCurve
 from ..core.estimates import prior_from
 from ..core.explain import explain
@@ -278,6 +279,9 @@ class ReplayOptions:
     """Another machine's T(n)/T(1) for n = 2, 3, ... (empty: the recording's curve)."""
     draft_pass: float | None = None
     """With ``shape``: a draft pass in T(1) (None: the recording's own)."""
+    draft_read: float | None = None
+    """A prompt token's read by the draft in T(1) (None: the recording's own, its machine's):
+    what a reply's first draft pays to catch up on the prompt (``core.reading``)."""
     policy: Policy = field(default_factory=Policy)
     """The drafting Policy every mode runs with (``--set`` changes its fields)."""
     trace: str = ""
@@ -306,6 +310,7 @@ class Outcome(NamedTuple):
     tokens_per_second: float
     mean_draft_length: float
     acceptance: float
+    wall_tokens_per_second: float = math.nan  # the whole request's: the prompt's read included
 
 
 @dataclass
@@ -329,7 +334,8 @@ def replay(recording: dict, real_draft: CachedModel, memo: dict, options: Replay
     if options.shape:
         curve, t_draft = reshape(curve, t_draft, list(options.shape), options.draft_pass)
     target = ReplayTarget(real_draft, curve, clock, options.blind, options.size_change)
-    draft = MemoDraft(real_draft, t_draft, recording["read"], clock, memo)
+    read = recording["read"] if options.draft_read is None else options.draft_read * curve[1]
+    draft = MemoDraft(real_draft, t_draft, read, clock, memo)
     prompts = select(recording["prompts"], options.prompts)
     out = Replay()
     real_clock, costs_module.clock = costs_module.clock, clock
@@ -362,13 +368,13 @@ def run_policy(
         )
         return build(policy, ctx)
 
-    mode = mode_for(costs_for(curve, draft.t_draft, clock, target))
+    mode = mode_for(costs_for(curve, draft, clock, target))
     counted = [0, 0]  # accepted tokens and rejections so far: what the profile would hold
     plays = [(p, again) for p in prompts for again in (False, True)[: 1 + options.regenerate]]
     for i, (p, again) in enumerate(plays):
         if options.cold:  # a fresh load for every reply, as `localspec run` starts
             prior = None if options.no_profile or not counted[1] else prior_from(counted[0], counted[1], tunables)
-            mode = mode_for(costs_for(curve, draft.t_draft, clock, target), prior)
+            mode = mode_for(costs_for(curve, draft, clock, target), prior)
         target.true, target.cached, draft.cached = p["prompt"] + p["reply"], [], []
         clock.evals = 0
         engine = mode.engine(target, ReplySpec(len(p["prompt"])))
@@ -376,7 +382,7 @@ def run_policy(
         line, name = "", p["id"] + (":again" if again else "")
         for step in engine.generate(list(p["prompt"]), SamplingParams(), options.max_tokens):
             if options.trace == name:
-                now = explain(mode.controller.state(), mode.controller.costs).line
+                now = explain(mode.controller.state(), mode.controller.costs, reading=mode.controller.reading).line
                 traced = f"{policy} k={step.model_k} drafted={len(step.drafted)} accepted={step.n_accepted}"
                 traced += f" padded={step.n_padded}" if step.n_padded else ""
                 out.trace.append(traced + (f"  {now}" if now != line else ""))
@@ -390,7 +396,9 @@ def run_policy(
         if kept is not None:
             answer = [*p["prompt"][-LEAD_IN:], *reply]
             history[0] = with_reply(history[0], answer, float(i), DEFAULT_CAP_TOKENS, prompt_hash(p["prompt"]))
-        outcome = Outcome(stats.tokens_per_second, stats.mean_draft_length, stats.acceptance_rate or 0.0)
+        wall = stats.prefill_seconds + stats.decode_seconds
+        wall_tps = stats.n_tokens / wall if wall > 0 else 0.0
+        outcome = Outcome(stats.tokens_per_second, stats.mean_draft_length, stats.acceptance_rate or 0.0, wall_tps)
         out.results.setdefault(name, {})[policy] = outcome
 
 
@@ -413,23 +421,27 @@ def cost(curve: dict[int, float], n: int) -> float:
     return curve[min(n, top)] * max(1.0, n / top)
 
 
-def costs_for(curve: dict[int, float], t_draft: float, clock: Clock, target: CachedModel) -> CostModel:
-    """The costs a session would start from: the measured curve and the longest verify, or with
-    noise a calibration of the sizes a session calibrates at load (three samples each; the
-    longest verify one); where the target pays for a change of size (``--size-change``), that
-    change timed on it as a load times it (``calibration.time_change``)."""
-    change = calibration.time_change(target)
+def costs_for(curve: dict[int, float], draft: MemoDraft, clock: Clock, target: CachedModel) -> CostModel:
+    """The costs a session would start from: the measured curve, the longest verify, the draft's
+    pass and its reading of a prompt (``draft.read`` a token, as the load times it:
+    ``calibration.time_read``), or with noise a calibration of the sizes a session calibrates at
+    load (three samples each; the longest verify one); where the target pays for a change of
+    size (``--size-change``), that change timed on it as a load times it
+    (``calibration.time_change``)."""
+    change, t_draft = calibration.time_change(target), draft.t_draft
     if not clock.sigma:
-        verify, draft = VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)}), DraftCost(t_draft)
+        verify, cost_draft = VerifyCurve({**curve, LONGEST_VERIFY: cost(curve, LONGEST_VERIFY)}), DraftCost(t_draft)
     else:
-        verify, draft = VerifyCurve(), DraftCost()
+        verify, cost_draft = VerifyCurve(), DraftCost()
         for n in (*CALIBRATION_SIZES, LONGEST_VERIFY):
             for _ in range(1 if n == LONGEST_VERIFY else 3):
                 verify.add(n, cost(curve, n) * math.exp(clock.rng.normal(0.0, clock.sigma)))
         for _ in range(3):
-            draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
+            cost_draft.observe(1, t_draft * math.exp(clock.rng.normal(0.0, clock.sigma)))
+    # the load's read of the calibration prefix (without noise: the clock's draws stay as they were)
+    cost_draft.observe_read(CALIBRATION_PREFIX, draft.read * CALIBRATION_PREFIX)
     verify.change = change
-    return CostModel(verify, draft)
+    return CostModel(verify, cost_draft)
 
 
 def policy_problem(policy: str) -> str | None:
@@ -502,16 +514,30 @@ def report(results: dict[str, dict[str, Outcome]], policies: list[str]) -> list[
         base = row["none"][0] if "none" in row else 1.0
         cells = []
         for p in policies:
-            tps, length, alpha = row[p]
+            tps, length, alpha = row[p][:3]
             ratios[p].append(tps / base)
             cells.append(f"{tps / base:6.2f} {length:5.1f} {alpha:4.2f}".rjust(20))
         lines.append(pid.ljust(18) + "".join(cells))
     lines.append("median".ljust(18) + "".join(f"{statistics.median(ratios[p]):6.2f}".rjust(20) for p in policies))
+    lines += wall_report(results, policies)
     fixed = [p for p in policies if modes.parse_fixed(p)]
     if "auto" in policies and fixed:
         best = [row["auto"][0] / max(row[p][0] for p in fixed) for row in results.values()]
         lines.append("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
     return lines
+
+
+def wall_report(results: dict[str, dict[str, Outcome]], policies: list[str]) -> list[str]:
+    """Each policy's whole requests over the target alone's, the prompt's read included (the
+    draft's reading of it falls in the prefill or in a step, as the engine puts it): median and
+    worst prompt ([] where 'none' was not replayed)."""
+    if not all("none" in row for row in results.values()):
+        return []
+    cells = []
+    for p in policies:
+        ratios = [row[p].wall_tokens_per_second / row["none"].wall_tokens_per_second for row in results.values()]
+        cells.append(f"{statistics.median(ratios):.2f} (worst {min(ratios):.2f})".rjust(20))
+    return ["whole request".ljust(18) + "".join(cells)]
 
 
 def dropped_report(dropped: dict[str, Counter[int]], beyond: Sequence[int] = (3, 4, 8, 12, 16)) -> list[str]:

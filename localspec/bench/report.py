@@ -203,6 +203,8 @@ def report(rows: list[Row], costs: CostModel, session, suite, modes, temperature
             "verify_ratio": {str(k): costs.T(k) / t1 for k in COST_SIZES},
             "draft_seconds_per_token": costs.t_draft or None,
             "draft_pass_over_t1": costs.t_draft / t1 if costs.t_draft else None,
+            # a prompt token's read by the draft, timed on 200 at once (``calibration.time_read``)
+            "draft_read_over_t1": costs.read(1) / t1 if costs.t_draft else None,
             # Leviathan et al.'s best speed-up with these costs, were the draft accepted this often
             "predicted_at_acceptance": {str(a): predicted_speedup(costs, a, "draft") for a in PREDICTED_AT}
             if costs.t_draft
@@ -269,6 +271,7 @@ def markdown(rep: dict) -> str:
         "Cost curve T(k)/T(1): " + ", ".join(f"{k}: {v:.2f}" for k, v in cost["verify_ratio"].items()),
         f"{drafter}: {f(cost['draft_seconds_per_token'], 4)} s/token"
         + (f" ({cost['draft_pass_over_t1']:.2f} of T(1))" if cost.get("draft_pass_over_t1") else "")
+        + (f"; a prompt token read: {cost['draft_read_over_t1']:.3f} of T(1)" if cost.get("draft_read_over_t1") else "")
         + f"; T(1) = {cost['verify_seconds']['1']:.4f} s",
     ]
     if cost.get("predicted_at_acceptance"):

@@ -94,6 +94,12 @@ def add_replay_options(p) -> None:
     )
     r.add_argument("--draft-pass", type=float, default=None, help="with --shape: a draft pass in T(1), e.g. 0.27")
     r.add_argument(
+        "--draft-read",
+        type=float,
+        default=None,
+        help="a prompt token's read by the draft in T(1) (default: the recording's), e.g. 0.01",
+    )
+    r.add_argument(
         "--set",
         action="append",
         default=[],
@@ -153,7 +159,7 @@ NOT_WITH_RECORDINGS = (
 )
 # the options only --replay reads
 REPLAY_ONLY = (
-    *("policies", "noise", "noise_seed", "burst", "no_profile", "shape", "draft_pass", "set", "trace"),
+    *("policies", "noise", "noise_seed", "burst", "no_profile", "shape", "draft_pass", "draft_read", "set", "trace"),
     *("keep_replies", "regenerate", "blind", "size_change"),
 )
 
@@ -245,6 +251,7 @@ def replay_options(args) -> ReplayOptions:
         no_profile=args.no_profile,
         shape=args.shape or (),
         draft_pass=args.draft_pass,
+        draft_read=args.draft_read,
         policy=policy,
         trace=args.trace or "",
         max_tokens=args.max_tokens or replay.REPLY_TOKENS,

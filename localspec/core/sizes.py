@@ -39,6 +39,9 @@ class SteadySize:
         gate prices the changes). Where a change costs nothing (a CPU), ``choice`` as it is."""
         if not self.costs.change:
             return choice
+        if choice.reason is Reason.READING:  # single tokens while the draft waits on the prompt's
+            self.costs.size = 1  # reading (copies priced at them); ``size`` stays unset: the first
+            return replace(choice, rows=1)  # drafting step's is chosen afresh, as after the prompt
         want = 1 if gated else choice.k + 1
         held = self.size not in (0, want) and not (choice.reason is Reason.TRY and self.size == 1)
         if held and not self._pays(want, alpha, propose, budget):

@@ -139,6 +139,22 @@ class TestBlind:
             main(["bench", "--replay", "r.json", "--draft", "d.gguf", "--blind", text])
         assert "give a cost in T(1)s, 0 or more" in capsys.readouterr().err
 
+    def test_a_dearer_prompt_read_slows_drafting_and_not_the_target_alone(self):
+        """``--draft-read``: what the draft pays to read the prompt at its first draft, priced by
+        the load as it is paid (``costs_for``), and counted in the whole request either way."""
+        target_fn = hashed_logits(1, V)
+        cheap, dear = (
+            replay.replay(recording(target_fn), FakeModel(target_fn, V), {}, options).results["p1"]
+            for options in (
+                replay.ReplayOptions(policies=("none", "auto"), max_tokens=24, draft_read=0.0),
+                replay.ReplayOptions(policies=("none", "auto"), max_tokens=24, draft_read=0.5),
+            )
+        )
+        assert dear["none"] == cheap["none"]
+        assert dear["auto"].wall_tokens_per_second < cheap["auto"].wall_tokens_per_second
+        args = build_parser().parse_args(["bench", "--replay", "r.json", "--draft", "d.gguf", "--draft-read", "0.01"])
+        assert replay_options(args).draft_read == 0.01
+
     def test_the_blind_cost_reaches_the_replay(self):
         args = build_parser().parse_args(["bench", "--replay", "r.json", "--draft", "d.gguf", "--blind", "0.3"])
         assert recording_problem(args) is None and replay_options(args).blind == 0.3
@@ -271,9 +287,18 @@ class TestSettings:
 class TestReport:
     # two prompts: "a" at 10 tok/s alone, auto 20 (2.00x) and fixed 15 (1.50x); "b" at 10, 12
     # (1.20x) and 18 (1.80x)
-    RESULTS = {
-        "a": {"none": (10.0, 0.0, 0.0), "auto": (20.0, 4.0, 0.9), "fixed-k4-p0": (15.0, 4.0, 0.8)},
-        "b": {"none": (10.0, 0.0, 0.0), "auto": (12.0, 2.5, 0.6), "fixed-k4-p0": (18.0, 4.0, 0.95)},
+    Out = replay.Outcome
+    RESULTS = {  # decode tokens/s, draft length, acceptance, whole-request tokens/s
+        "a": {
+            "none": Out(10.0, 0.0, 0.0, 8.0),
+            "auto": Out(20.0, 4.0, 0.9, 12.0),
+            "fixed-k4-p0": Out(15.0, 4.0, 0.8, 10.0),
+        },
+        "b": {
+            "none": Out(10.0, 0.0, 0.0, 8.0),
+            "auto": Out(12.0, 2.5, 0.6, 7.6),
+            "fixed-k4-p0": Out(18.0, 4.0, 0.95, 12.0),
+        },
     }
 
     def test_a_row_per_prompt_of_speed_up_draft_length_and_acceptance(self):
@@ -282,12 +307,15 @@ class TestReport:
         assert lines[0] == header + "   (speed-up, draft length, acceptance)"
         assert lines[1] == "a" + " " * 17 + "     1.00   0.0 0.00" + "     2.00   4.0 0.90" + "     1.50   4.0 0.80"
         assert lines[3] == "median" + " " * 12 + "  1.00".rjust(20) + "  1.60".rjust(20) + "  1.65".rjust(20)
+        # whole requests, the prompt's read included: auto 12 / 8 and 7.6 / 8
+        whole = "1.00 (worst 1.00)".rjust(20) + "1.23 (worst 0.95)".rjust(20) + "1.38 (worst 1.25)".rjust(20)
+        assert lines[4] == "whole request".ljust(18) + whole
         # auto / best fixed: 20 / 15 and 12 / 18
-        assert lines[4] == "auto / best fixed: 1.33 0.67  (min 0.67)"
+        assert lines[5] == "auto / best fixed: 1.33 0.67  (min 0.67)"
 
     def test_without_a_fixed_policy_there_is_no_auto_over_fixed_line(self):
         lines = replay.report(self.RESULTS, ["none", "auto"])  # type: ignore[arg-type]
-        assert len(lines) == 4 and lines[-1].startswith("median")
+        assert len(lines) == 5 and lines[-1].startswith("whole request")
 
 
 class TestRecordingFiles:
@@ -328,9 +356,9 @@ class TestReplayCli:
         assert main([*argv, "--max-tokens", "12"]) == 0
         captured = capsys.readouterr()
         first, first_err = captured.out.splitlines(), captured.err
-        assert [line.split()[0] for line in first[:5]] == ["prompt", "p1", "p2", "median", "auto"]
+        assert [line.split()[0] for line in first[:6]] == ["prompt", "p1", "p2", "median", "whole", "auto"]
         # then, per policy that verified drafts, how many tokens its verifies dropped
-        assert first[5:] and all(line.split(":")[0] in ("auto", "fixed-k4-p0") for line in first[5:])
+        assert first[6:] and all(line.split(":")[0] in ("auto", "fixed-k4-p0") for line in first[6:])
         assert "fixed-k4-p0: of " in first[-1]
         assert (tmp_path / "rec.json.memo").exists()
         assert main([*argv, "--max-tokens", "12"]) == 0

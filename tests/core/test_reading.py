@@ -16,6 +16,7 @@ from localspec.core.explain import explain
 from localspec.core.policy import DEFAULT as P
 from localspec.core.reading import plan_reading, win_seconds
 from localspec.core.sampling import SamplingParams
+from tests.support import plans
 from tests.support.fakes import FakeModel, hashed_logits
 
 V = 50
@@ -135,3 +136,19 @@ class TestOff:
         ctl = self.controller()
         ctl.observe(2, 0)  # a try was made
         assert not ctl.plan_read(4000, 4000, 128).skip
+
+
+class TestWhereAChangeOfSizeCosts:
+    """A GPU (a change of batch size costs): the step that waits on the prompt's reading verifies
+    one row, and the first drafting step after it chooses its size afresh, as after the prompt."""
+
+    def test_the_held_first_step_does_not_fix_the_size_of_the_steps_after_it(self):
+        c = plans.costs(plans.H200_F16, draft_pass=0.56, read=0.01, change=1.0)
+        ctl = plans.draft_mode(c, prior=0.9)
+        ctl.begin_reply()
+        assert ctl.plan_read(150, 150, 1000).hold
+        held = ctl.choose()
+        assert (held.reason.value, held.k, held.rows, c.size) == ("reading", 0, 1, 1)  # copies priced at 1 row
+        assert ctl.steady.size == 0  # no size to keep yet: the next step's is chosen as after the prompt
+        after = ctl.choose()
+        assert after.reason.value == "on" and after.k > 0 and after.rows == after.k + 1
