@@ -292,7 +292,7 @@ class ReplayOptions:
     """Each policy keeps its replies as a history (empty at the start), as a session does, so a
     later prompt's reply may copy from an earlier one's."""
     regenerate: bool = False
-    """Each prompt replayed twice in a row, its replies kept: the second (``ID:again``) is a
+    """Each prompt replayed twice in a row, its replies kept: the second (``ID:regenerate``) is a
     regenerate."""
     copy: bool = True
     """Draft mode may copy suffix matches (``--no-copy``: never, what copies are worth)."""
@@ -379,7 +379,7 @@ def run_policy(
         clock.evals = 0
         engine = mode.engine(target, ReplySpec(len(p["prompt"])))
         stats, reply = RunStats(), list[int]()
-        line, name = "", p["id"] + (":again" if again else "")
+        line, name = "", p["id"] + (":regenerate" if again else "")
         for step in engine.generate(list(p["prompt"]), SamplingParams(), options.max_tokens):
             if options.trace == name:
                 now = explain(mode.controller.state(), mode.controller.costs, reading=mode.controller.reading).line

@@ -122,7 +122,7 @@ def add_replay_options(p) -> None:
     r.add_argument(
         "--regenerate",
         action="store_true",
-        help="replay each prompt twice in a row, keeping the replies: the second, ID:again, is a regenerate",
+        help="replay each prompt twice in a row, keeping the replies: the second, ID:regenerate, is a regenerate",
     )
 
 

@@ -1,5 +1,5 @@
 """Tries of drafting while it is off (``Tries``): every step off earns a share of what drafting
-could win in it at best, and a try comes once the credit covers its price (``Tries.price_of``), so
+could win in it at best, and a try comes once the budget covers its price (``Tries.price_of``), so
 tries cost at most that share."""
 
 from __future__ import annotations
@@ -16,24 +16,25 @@ Behind = Callable[[], int] | None  # the tokens the draft must read before it dr
 
 
 class Tries:
-    """The credit for tries: a step off earns ``share`` of its stake, ``first_try_share`` divided
-    by ``try_backoff`` (2) for each failed try in a row, down to ``try_share``. Nothing caps the
-    credit: a long stretch off may fund a few tries in a row, which together still cost at most
-    the share of what it could have won. A try lasts ``trial_steps`` steps (``left``)."""
+    """The budget for tries: a step off earns ``share`` of its ``best_saving`` (what drafting could
+    save in it at best), ``first_try_share`` divided by ``try_backoff`` (2) for each failed try in
+    a row, down to ``try_share``. Nothing caps the budget: a long stretch off may fund a few tries
+    in a row, which together still cost at most the share of what it could have won. A try lasts
+    ``trial_steps`` steps (``left``)."""
 
     def __init__(self, costs: CostModel, policy: Policy = DEFAULT) -> None:
         self.costs, self.policy = costs, policy
-        self.share, self.credit = policy.first_try_share, 0.0
+        self.share, self.budget = policy.first_try_share, 0.0
         self.price = self.earning = self.growth = 0.0  # the last price asked; a step's earning; the catch-up's growth
         self.behind = self.left = self.failed = self.age = 0  # age: the try's steps so far
         self.started = False  # a try is under way
 
-    def due(self, rates: np.ndarray, k: int, behind: Behind, stake: float, priced: bool) -> bool:
-        """A step off earns its share of ``stake``; whether a try of ``k`` drafts comes now, the
-        draft ``behind()`` tokens behind. ``priced``: the try must be afforded (before anything
+    def due(self, rates: np.ndarray, k: int, behind: Behind, best_saving: float, priced: bool) -> bool:
+        """A step off earns its share of ``best_saving``; whether a try of ``k`` drafts comes now,
+        the draft ``behind()`` tokens behind. ``priced``: the try must be afforded (before anything
         was drafted it need not: the first try comes once the opening is over)."""
-        self.earning = self.share * max(stake, 0.0)
-        self.credit += self.earning
+        self.earning = self.share * max(best_saving, 0.0)
+        self.budget += self.earning
         if not priced:
             return True
         n_behind = behind() if behind else 0
@@ -52,11 +53,11 @@ class Tries:
         return catch_up + policy.trial_steps * loss + 2.0 * costs.change  # into the try's size and back
 
     def afford(self, price: float, growth: float = 0.0) -> bool:
-        """Spend ``price`` if the credit holds it; ``growth``: what the catch-up grew by in the last step."""
+        """Spend ``price`` if the budget holds it; ``growth``: what the catch-up grew by in the last step."""
         self.price, self.growth = price, growth
-        if price > self.credit:
+        if price > self.budget:
             return False
-        self.credit -= price
+        self.budget -= price
         self.growth = 0.0  # the try's first pass reads what the draft is behind on
         return True
 
@@ -85,11 +86,11 @@ class Tries:
     @property
     def outpaced(self) -> bool:
         """The catch-up grows faster than a step earns: no try comes while that lasts."""
-        return self.price > self.credit and self.growth >= self.earning > 0
+        return self.price > self.budget and self.growth >= self.earning > 0
 
     def next_in(self) -> int | None:
-        """Steps until the credit covers the last price asked, the catch-up growing as in the last step."""
-        short = self.price - self.credit
+        """Steps until the budget covers the last price asked, the catch-up growing as in the last step."""
+        short = self.price - self.budget
         if short <= 0 or self.earning <= 0:
             return 1
         if self.outpaced:

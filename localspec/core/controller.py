@@ -125,7 +125,7 @@ class AdaptiveController(Decides):
     def plan_read(self, n_prompt: int, n_read: int, n_reply: int) -> Reading:
         """Whether the draft reads the ``n_read`` prompt tokens it has not read, for a reply of
         ``n_reply`` expected tokens (``reading``): what drafting saves at the learnt acceptance;
-        off, what a first try (which no credit prices) could save at best; off after that,
+        off, what a first try (which no budget prices) could save at best; off after that,
         nothing here, since a try prices its catch-up itself (``budget.Tries``)."""
         rates = self.speeds() if self.costs.verify else np.ones(1)
         if self.costs.verify and self.model_k(rates) == 0:
@@ -234,10 +234,10 @@ class AdaptiveController(Decides):
         waits = self._steps <= self.policy.opening_steps and not self.drafted
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes
         reach = speeds(self.costs, 1.0, self.draft_max, propose=self.acceptance.propose)
-        stake = (best_gain(reach) - 1.0) * self.costs.T(1)
+        best_saving = (best_gain(reach) - 1.0) * self.costs.T(1)
         if waits:  # the first try comes once the opening is over, unpriced
             return replace(off, next_try_in=self.policy.opening_steps + 1 - self._steps)
-        if not self.tries.due(rates, probe_k, behind, stake, self.drafted):
+        if not self.tries.due(rates, probe_k, behind, best_saving, self.drafted):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
         self.tries.start()
         return trying

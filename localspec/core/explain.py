@@ -14,7 +14,7 @@ from .reading import Reading
 @dataclass(frozen=True)
 class DraftingState:
     on: bool
-    k: int  # the draft length the controller would ask for now (0: off)
+    model_k: int  # the speed model's draft length now (0: off); a step's proposal may differ (Step.k)
     why: str  # a few words, with the measured numbers
     _: KW_ONLY
     next_try_in: int | None = None  # off: steps until drafting is tried again (None: not tried)
@@ -50,7 +50,13 @@ class DraftingState:
 
     def as_dict(self) -> dict:
         fields = asdict(self)
-        return {"on": fields.pop("on"), "k": fields.pop("k"), "why": fields.pop("why"), "line": self.line, **fields}
+        return {
+            "on": fields.pop("on"),
+            "model_k": fields.pop("model_k"),
+            "why": fields.pop("why"),
+            "line": self.line,
+            **fields,
+        }
 
 
 def explain(

@@ -99,12 +99,12 @@ class LookupGate:
         accepted, rejected = self.counts.get(n, self.prior)
         return accepted / (accepted + rejected)
 
-    def length(self, n: Hashable, available: int, alpha: float | None = None, earned: bool = False) -> int:
+    def length(self, n: Hashable, available: int, alpha: float | None = None, capped: bool = False) -> int:
         """Tokens of an ``n``-token match's continuation (``available`` of them) to propose, at
-        the kind's acceptance or at ``alpha``; ``earned``: no further than ``reach``."""
+        the kind's acceptance or at ``alpha``; ``capped``: no further than ``reach``."""
         if available <= 0 or not self.costs.verify:
             return available
-        available = self.reach(n, available) if earned else available
+        available = self.reach(n, available) if capped else available
         alpha = self.alpha(n) if alpha is None else alpha
         rates = speeds(self.costs, alpha, available, t_draft=0.0, steady=self.costs.size)
         return best_k(rates, self.policy.min_gain)

@@ -295,7 +295,7 @@ class SuffixDrafter(DrafterBase):
         self.prompt_len = prompt_len  # the reply's prompt: the context's first tokens (0: the first draft's context)
         self._tokens = _GrowingArray()  # the context as an array, extended step by step
         self._prompt = 0  # the reply's prompt (``prompt_hash``), read at its first draft
-        self._again: bool | None = None  # a greedy reply to a prompt answered before (see draft)
+        self._regenerate: bool | None = None  # a greedy reply to a prompt answered before (see draft)
         self._sure: Draft | None = None  # the last draft proposed as the earlier answer
 
     def draft(self, context, k, params, rng, draft_max=0, after=()) -> Draft:
@@ -308,9 +308,9 @@ class SuffixDrafter(DrafterBase):
         if not self._prompt:  # a drafter drafts one reply: its prompt
             self.prompt_len = self.prompt_len or len(context)
             self._prompt = prompt_hash(context[: self.prompt_len])
-        if self._again is None and self.gate is not None:
+        if self._regenerate is None and self.gate is not None:
             reproduced = any(self._prompt in corpus.reproduced for corpus in self.history())
-            self._again = params.greedy and (self._prompt in self.gate.prompts or reproduced)
+            self._regenerate = params.greedy and (self._prompt in self.gate.prompts or reproduced)
             self.gate.prompts.add(self._prompt)
         found = self._match(self._tokens.of(context), len(context) - self.prompt_len)
         if found is None:
@@ -335,13 +335,15 @@ class SuffixDrafter(DrafterBase):
         # is no promise across processes), follows that answer (its lead-in and then itself, a
         # full-depth match) token for token: sure as far as every occurrence agrees (another
         # prompt that ends the same may have been answered otherwise), until a copy fails
-        n_sure = probs.count(1.0) if self._again and source == "history" and m.length >= self.policy.suffix_depth else 0
+        n_sure = (
+            probs.count(1.0) if self._regenerate and source == "history" and m.length >= self.policy.suffix_depth else 0
+        )
         sure = n_sure > 0
         # a sure copy's verdicts are a kind of their own: all kept, they would lift the trust of
         # every 4-token history match (into another reply) that the gate prices
-        key = ("history", "again") if sure else key
+        key = ("history", "regenerate") if sure else key
         alpha = 1.0 if sure else self.gate.alpha(key)
-        j = self.gate.length(key, n_sure if sure else len(ids), alpha, earned=source == "context")
+        j = self.gate.length(key, n_sure if sure else len(ids), alpha, capped=source == "context")
         draft = Draft(ids[:j], confidence=(), alpha=alpha, match=key, continuation=ids, source=source)
         self._sure = draft if sure else None
         return draft
@@ -355,7 +357,7 @@ class SuffixDrafter(DrafterBase):
         tail = ctx[-depth:]
         for corpus in self.history():
             m, other = self._answers(corpus, match_corpus(corpus, tail, depth, n_ends), n_reply)
-            if m.length > best[1].length or (self._again and m.length >= depth):  # the earlier answer, at a tie
+            if m.length > best[1].length or (self._regenerate and m.length >= depth):  # the earlier answer, at a tie
                 best = ("history", m, corpus.tokens, len(corpus.tokens), other)
         return best if best[1].length else None
 
@@ -382,7 +384,7 @@ class SuffixDrafter(DrafterBase):
         if self.gate is None or not draft.match:
             return
         if draft is self._sure and draft.continuation[: len(kept)] != tuple(kept[: len(draft.continuation)]):
-            self._again = False  # the earlier answer and this one part: the gate decides from here
+            self._regenerate = False  # the earlier answer and this one part: the gate decides from here
         if verdict is not None and verdict[0] > 0:
             self.gate.observe(draft.match, *verdict)
         else:

@@ -407,5 +407,7 @@ def drafting(mode: str, stats: RunStats, state: DraftingState | None = None) -> 
     now (``core.explain``: e.g. "off: a draft token costs 0.62 of a target pass ...")."""
     out = {"mode": mode, "drafted": stats.n_drafted, "state": "on" if stats.n_drafted else "off"}
     if state is not None:
-        out.update(state="on" if state.on else "off", k=state.k, why=state.line, next_try_in=state.next_try_in)
+        out.update(
+            state="on" if state.on else "off", model_k=state.model_k, why=state.line, next_try_in=state.next_try_in
+        )
     return out

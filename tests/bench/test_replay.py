@@ -237,12 +237,12 @@ class TestReplay:
         wrong = FakeModel(hashed_logits(2, V), V)
         options = replay.ReplayOptions(policies=("none", "auto"), max_tokens=24, regenerate=True)
         out = replay.replay(recording(target_fn, ids=("a", "b")), wrong, {}, options).results
-        assert list(out) == ["a", "a:again", "b", "b:again"]
-        again, first = out["a:again"]["auto"], out["a"]["auto"]
+        assert list(out) == ["a", "a:regenerate", "b", "b:regenerate"]
+        again, first = out["a:regenerate"]["auto"], out["a"]["auto"]
         assert again.tokens_per_second > 1.5 * first.tokens_per_second and again.acceptance > 0.9
-        assert out["a:again"]["none"] == out["a"]["none"]  # the target alone copies nothing
+        assert out["a:regenerate"]["none"] == out["a"]["none"]  # the target alone copies nothing
         no_copy = replay.replay(recording(target_fn, ids=("a",)), wrong, {}, replace(options, copy=False)).results
-        plain = no_copy["a:again"]["auto"]  # --no-copy: the draft model alone, which is always wrong
+        plain = no_copy["a:regenerate"]["auto"]  # --no-copy: the draft model alone, which is always wrong
         assert plain.acceptance < 0.5 and plain.tokens_per_second < again.tokens_per_second / 1.5
 
     def test_a_trace_gives_the_prompt_s_steps_and_the_drafting_line_where_it_changes(self):

@@ -1,4 +1,4 @@
-"""The credit for tries while drafting is off: what it earns, spends and says."""
+"""The budget for tries while drafting is off: what it earns, spends and says."""
 
 import pytest
 
@@ -12,23 +12,23 @@ class TestTries:
         costs = CostModel({1: 1.0, 2: 1.1, 3: 1.2})
         rates = speeds(costs, 0.5, 2)
         tries = Tries(costs)
-        assert tries.due(rates, 2, None, stake=10.0, priced=False)  # a first try is free
-        assert tries.credit == pytest.approx(P.first_try_share * 10.0)
-        assert not tries.afford(tries.credit + 0.1) and tries.credit == pytest.approx(2.5)
-        assert tries.afford(2.0) and tries.credit == pytest.approx(0.5)
-        tries.due(rates, 2, None, stake=-3.0, priced=False)  # a stake below nothing earns nothing
-        assert tries.credit == pytest.approx(0.5)
+        assert tries.due(rates, 2, None, best_saving=10.0, priced=False)  # a first try is free
+        assert tries.budget == pytest.approx(P.first_try_share * 10.0)
+        assert not tries.afford(tries.budget + 0.1) and tries.budget == pytest.approx(2.5)
+        assert tries.afford(2.0) and tries.budget == pytest.approx(0.5)
+        tries.due(rates, 2, None, best_saving=-3.0, priced=False)  # a best saving below nothing earns nothing
+        assert tries.budget == pytest.approx(0.5)
 
     def test_a_countdown_without_a_catch_up_is_the_price_over_the_earning(self):
         tries = Tries(CostModel())
-        tries.credit, tries.earning = 1.0, 0.5
+        tries.budget, tries.earning = 1.0, 0.5
         tries.afford(3.0)  # no catch-up grew: 2.0 short at 0.5 a step
         assert tries.next_in() == 4 and not tries.outpaced
         tries.afford(3.0, growth=0.25)  # 0.25 of each step's 0.5 goes to the catch-up
         assert tries.next_in() == 8 and not tries.outpaced
         tries.afford(3.0, growth=0.5)
         assert tries.next_in() is None and tries.outpaced
-        tries.credit = 3.0
+        tries.budget = 3.0
         assert tries.afford(3.0, growth=0.5) and not tries.outpaced  # covered: the try is made
 
     def test_each_failed_try_in_a_row_halves_the_share_and_one_that_pays_restores_it(self):

@@ -771,7 +771,7 @@ class TestExplain:
         # a Q4 target on 2 cores: a draft pass 0.62 T(1), checking 2 tokens 1.9 passes
         costs = CostModel({n: 0.05 * (0.1 + 0.9 * n) for n in range(1, 10)}, t_draft=0.031)
         state = said(AdaptiveController(costs, draft_max=8))
-        assert not state.on and state.k == 0 and state.next_try_in is None
+        assert not state.on and state.model_k == 0 and state.next_try_in is None
         assert state.draft_cost == pytest.approx(0.62) and state.verify_cost == pytest.approx(1.9)
         assert state.line.startswith(
             "off: a draft token costs 0.62 of a target pass and checking 2 tokens costs 1.90 passes"
@@ -783,8 +783,8 @@ class TestExplain:
         for _ in range(20):
             ctl.observe(5, 5)
         state = said(ctl)
-        assert state.on and state.k > 1 and state.expected_speedup > 1.3
-        assert state.line.startswith(f"on: k={state.k}, expected ") and "a draft token costs 0.20" in state.line
+        assert state.on and state.model_k > 1 and state.expected_speedup > 1.3
+        assert state.line.startswith(f"on: k={state.model_k}, expected ") and "a draft token costs 0.20" in state.line
         assert "sure" not in state.line  # not extended: k is the draft_max
         wide = AdaptiveController(
             CostModel({1: 1.0, 2: 1.03, 4: 1.16, 8: 1.7, 16: 3.4}, t_draft=0.2), 16, extend_when_sure=True
@@ -803,7 +803,7 @@ class TestExplain:
         ctl = self.poor()
         assert ctl.choose().k == 0
         state = said(ctl)
-        wait = math.ceil((ctl.tries.price - ctl.tries.credit) / ctl.tries.earning)
+        wait = math.ceil((ctl.tries.price - ctl.tries.budget) / ctl.tries.earning)
         assert not state.on and "at the measured acceptance (" in state.line and wait > 1
         assert state.next_try_in == wait and f"tries again in {wait} steps" in state.line
         ks = [ctl.choose().k for _ in range(wait)]

@@ -334,7 +334,7 @@ class TestLookupGate:
         # the rate alone bets 20 tokens (alpha 0.997: E(20) = 20.3 in T(21) = 11)
         assert gate.length(key, 31) == 20
         # kept runs of 3 (T(4) = 2.5) earn copies whose verify costs at most 5: 8 tokens, T(9) = 5
-        assert gate.reach(key, 31) == 8 and gate.length(key, 31, earned=True) <= 8
+        assert gate.reach(key, 31) == 8 and gate.length(key, 31, capped=True) <= 8
         gate.observe(key, 8, 8)  # a kept run of 8 doubles again: T(n + 1) <= 10, 18 tokens
         assert gate.reach(key, 31) == 18
 

@@ -126,7 +126,7 @@ class TestOff:
         assert ctl.model_k() == 0 and ctl.best_case() > P.min_gain
         return ctl
 
-    def test_the_first_try_which_no_credit_prices_reads_only_what_drafting_could_win_at_best(self):
+    def test_the_first_try_which_no_budget_prices_reads_only_what_drafting_could_win_at_best(self):
         ctl = self.controller()
         win = win_seconds(ctl.speeds(1.0), 128)
         assert ctl.plan_read(4000, 4000, 128).skip  # a document: no try reads it

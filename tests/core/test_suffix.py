@@ -266,7 +266,7 @@ class TestAnsweredBefore:
         gate = LookupGate(self.COSTS)
         d = self.drafter((self.PROMPT, self.REPLY, prompt_hash(self.PROMPT)), gate=gate)
         copy = d.draft(list(self.PROMPT), 64, GREEDY, None)
-        assert copy.alpha == 1.0 and copy.match == ("history", "again")
+        assert copy.alpha == 1.0 and copy.match == ("history", "regenerate")
         d.observe(copy, (len(copy.ids), len(copy.ids)), (*copy.ids, 7))
         assert gate.alpha(("history", 4)) == 0.5  # Laplace's, untouched
 
