@@ -5,7 +5,9 @@
 #                                       llama-cpp-python source archive and the Python wheels the
 #                                       GPU machine lacks into gpu-bundle/ (git-ignored, ~25 MB)
 #   scripts/gpu-check.sh run            there (16 cores, one GPU, no network; under 10 minutes):
-#                                       build llama.cpp with CUDA from the bundle, write random-weight
+#                                       unpack the CUDA build scripts/build_cuda_wheel.sh made here
+#                                       (gpu-bundle/cuda/, 15 MB; else build llama.cpp with CUDA from
+#                                       the bundle, 236 s on the H200), write random-weight
 #                                       models of real shapes, run `localspec bench` on them and
 #                                       print the cost curve, what a change of batch size adds,
 #                                       per-step overhead and speed-ups
@@ -75,6 +77,8 @@ prepare() {
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$BUNDLE/wheels" $WHEELS
   du -sh "$BUNDLE"
+  [ -f "$BUNDLE/cuda/llama_cpp-cuda-sm90.tar.xz" ] \
+    || echo "no prebuilt CUDA package: scripts/build_cuda_wheel.sh makes one (half an hour here), else run builds it there"
   echo "next: copy the repo with gpu-bundle/ to the GPU machine and run scripts/gpu-check.sh run"
 }
 
@@ -92,11 +96,32 @@ install_python_deps() {
   export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}
 }
 
+gpu_offload() { python3 -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_gpu_offload())' 2>/dev/null; }
+
+# The package scripts/build_cuda_wheel.sh built on the CPU machines (sm_90, CUDA 13): no build
+# here where it loads. It links this machine's libcudart.so.13 and libcublas.so.13 (its image's
+# toolkit and Python packages), found wherever they are, and the driver's libcuda.so.1.
+prebuilt_cuda() {
+  local tarball=$BUNDLE/cuda/llama_cpp-cuda-sm90.tar.xz dirs
+  [ -f "$tarball" ] || return 1
+  [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')" = 90 ] \
+    || { echo "the prebuilt package is for sm_90 (H100, H200): building for this GPU"; return 1; }
+  dirs=$(find /usr /opt \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
+  export LD_LIBRARY_PATH=$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "prebuilt $(basename "$tarball"); CUDA libraries from ${dirs:-nowhere}"
+  rm -rf "$SITE/llama_cpp" && tar -xJf "$tarball" -C "$SITE"
+  gpu_offload && return 0
+  echo "the prebuilt package has no GPU offload here: building instead"
+  rm -rf "$SITE/llama_cpp"
+  return 1
+}
+
 build_llama_cuda() {
-  if python3 -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_gpu_offload())' 2>/dev/null; then
+  if gpu_offload; then
     echo "llama_cpp with GPU offload is installed already: no build"
     return
   fi
+  prebuilt_cuda && return
   local arch fa=OFF
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
   [ "${GPU_CHECK_FA:-0}" = 1 ] && fa=ON
