@@ -211,13 +211,18 @@ def ask_streamed(url: str, body: dict) -> dict:
     return {"wall_s": wall, "ttft_s": first or wall, "text": "".join(text), "timings": timings}
 
 
-def play_suite(servers: list[Server], prompts: list[dict], max_tokens: int, rounds: int) -> list[dict]:
+def play_suite(
+    servers: list[Server], prompts: list[dict], max_tokens: int, rounds: int, system: str = ""
+) -> list[dict]:
     """Each prompt to every server (the order turned round each request), the suite ``rounds``
-    times: one row per request."""
+    times: one row per request. ``system``: a system message for every request, so every server
+    reads the same prompt (without one, llama-server's template adds Qwen's default system
+    prompt, 24 tokens, and localspec's does not)."""
     rows, i = [], 0
+    lead = [{"role": "system", "content": system}] if system else []
     for r in range(rounds):
         for prompt in prompts:
-            body = {"messages": [{"role": "user", "content": prompt["prompt"]}], "max_tokens": max_tokens}
+            body = {"messages": [*lead, {"role": "user", "content": prompt["prompt"]}], "max_tokens": max_tokens}
             body |= {"temperature": 0, "cache_prompt": False}
             for s in servers[i % len(servers) :] + servers[: i % len(servers)]:
                 s.resume()
@@ -311,7 +316,7 @@ def run_suite(servers: list[Server], args) -> int:
     name, _, ids = args.suite.partition(":")
     suite = suites.only(suites.load_suite(name), ids or None)
     max_tokens = args.max_tokens or suite.get("max_tokens", suites.SUITE_MAX_TOKENS)
-    rows = play_suite(servers, suite["prompts"], max_tokens, args.rounds)
+    rows = play_suite(servers, suite["prompts"], max_tokens, args.rounds, args.system)
     base = args.baseline or servers[0].name
     summary = suite_summary(rows, base)
     print(suite_markdown(summary, base))
@@ -340,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1, help="--suite: play it this many times")
     p.add_argument("--baseline", default=None, help="--suite: the server the others are measured against (the first)")
     p.add_argument("--max-tokens", type=int, default=None, help="--suite: the reply length (the suite's)")
+    p.add_argument(
+        "--system", default="", help="--suite: a system message for every request (the same prompt for every server)"
+    )
     p.add_argument(
         "--localspec-args", default="", help="more options for every localspec server (e.g. '--draft-max 24')"
     )

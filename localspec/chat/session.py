@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.calibration import calibrate, recheck
 from ..core.costs import MIN_SAMPLES, CostModel
-from ..core.engine import SpeculativeEngine, Step
+from ..core.engine import SpeculativeEngine, Step, drafts
 from ..core.explain import DraftingState, explain
 from ..core.modes import Drafting, DraftingMode, ModeContext, ModeRegistry, ReplySpec, builtin_modes
 from ..core.modes import repeatable as repeatable_mode
@@ -410,7 +410,8 @@ class Session:
             repeatable = seeded(params)
         with self.lock:
             engine = self.engine(mode, draft_max, p_min, prompt_len=len(ids), repeatable=repeatable)
-            engine.after_prefill = self._recheck
+            # the costs decide nothing for the target alone: its replies do not wait on timing them
+            engine.after_prefill = self._recheck if drafts(engine) else None
             reply: list[int] = []
             for step in engine.generate(ids, params, max_tokens, stop, expected_tokens):
                 if counted:

@@ -236,6 +236,12 @@ class SpeculativeEngine:
             copier.observe(proposed, tested if proposed is copy else None, kept)
 
 
+def drafts(engine: SpeculativeEngine) -> bool:
+    """Whether ``engine`` can propose anything: a drafter, or copiers beside none. The target
+    alone (neither) decides nothing from the costs."""
+    return not isinstance(engine.drafter, NoDrafter) or bool(engine.copiers)
+
+
 def accept(rows, context, drafted, draft: Draft, params, rng) -> Verdict:
     """The verdict on ``drafted`` from the target's ``rows``: greedy, the "match" rule, or speculative sampling."""
     history = _History(context, drafted, params)

@@ -237,6 +237,7 @@ class Replay:
     """An engine that yields the steps it is given (``Session.chat`` counts what it yields)."""
 
     after_prefill = None
+    drafter, copiers = None, ()  # a drafter of some kind: the session rechecks its costs
 
     def __init__(self, steps) -> None:
         self.steps = steps

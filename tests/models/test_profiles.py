@@ -324,6 +324,25 @@ class TestSessionKeepsProfiles:
         assert max(store.get(key).verify_history[1]) > 10 * usual[1]  # the busy load's entry, its own
         assert store.get(key).verify[1] < 3 * usual[1]  # the profile's median: one busy load of five
 
+    def test_the_target_alone_waits_on_no_timing_before_its_first_token(self, tiny_pair, monkeypatch):
+        """The costs decide nothing for the target alone: its replies probe nothing (2 T(1) before
+        the first token, 0.34 s of an F16 short prompt's 1.21 s here); the first drafting reply
+        probes as the first reply of a session does."""
+        import localspec.chat.session as session_module
+
+        rechecks: list[bool] = []
+        monkeypatch.setattr(session_module, "recheck", lambda *a, **k: rechecks.append(k.get("probe", False)))
+        s = Session.load(PairSpec(tiny_pair[0], tiny_pair[1]), LoadOptions(n_ctx=512, threads=1), profiles=None)
+        try:
+            hello = [{"role": "user", "content": "hello"}]
+            for _ in range(2):
+                list(s.chat(hello, max_tokens=4, mode="none"))
+            assert rechecks == []
+            list(s.chat(hello, max_tokens=4))  # the pair's draft mode
+            assert rechecks == [True]
+        finally:
+            s.close()
+
     def test_the_first_reply_after_a_load_beside_a_burst_times_the_costs_again(self, tiny_pair, tmp_path, monkeypatch):
         import localspec.chat.session as session_module
 

@@ -52,6 +52,30 @@ class TestRequests:
         ]
         assert {b["max_tokens"] for b in bodies} == {64}
 
+    def test_a_suite_request_carries_the_system_message_given_to_every_server(self, monkeypatch):
+        class Server:
+            def __init__(self, name):
+                self.name, self.url = name, name
+
+            def resume(self): ...
+
+            def stop(self): ...
+
+        asked = []
+
+        def ask(url, body):
+            asked.append((url, body["messages"]))
+            return {"wall_s": 1.0, "ttft_s": 0.5, "text": "x", "timings": {"prompt_n": 3}}
+
+        monkeypatch.setattr(vs, "ask_streamed", ask)
+        prompts = [{"id": "p", "prompt": "Sum it up."}]
+        vs.play_suite([Server("a"), Server("b")], prompts, 8, 1, system="Be brief.")
+        lead = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Sum it up."}]
+        assert asked == [("a", lead), ("b", lead)]
+        asked.clear()
+        vs.play_suite([Server("a")], prompts, 8, 1)
+        assert asked == [("a", [{"role": "user", "content": "Sum it up."}])]
+
     def test_a_chat_scenario_is_refused(self):
         with pytest.raises(ValueError, match="only regenerate and requests"):
             vs.chat_requests({"id": "c", "kind": "chat", "turns": []}, 200)
