@@ -245,6 +245,25 @@ class TestReplay:
         plain = no_copy["a:regenerate"]["auto"]  # --no-copy: the draft model alone, which is always wrong
         assert plain.acceptance < 0.5 and plain.tokens_per_second < again.tokens_per_second / 1.5
 
+    def test_every_step_reports_the_draft_length_it_proposed(self, monkeypatch):
+        """Issue 66's honest numbers: over a replay with copies, their extensions and runs past k
+        (a regenerate copies 20-odd tokens a step where k is 2-4), each step's draft length, as
+        the statistics' last k and the inspector show it, is the tokens it proposed; the speed
+        model's k is apart (Step.model_k)."""
+        seen: list[tuple[int, int, int, int]] = []
+
+        class Watched(replay.RunStats):
+            def add(self, step):
+                super().add(step)
+                seen.append((step.k, self.last_k, len(step.drafted), step.model_k))
+
+        monkeypatch.setattr(replay, "RunStats", Watched)
+        target_fn = hashed_logits(1, V)
+        options = replay.ReplayOptions(policies=("auto",), max_tokens=24, regenerate=True)
+        replay.replay(recording(target_fn, ids=("a", "b")), FakeModel(target_fn, V), {}, options)
+        assert seen and all(k == last == proposed for k, last, proposed, _ in seen)
+        assert any(proposed > model_k for _, _, proposed, model_k in seen)  # copies ran past the model's k
+
     def test_a_trace_gives_the_prompt_s_steps_and_the_drafting_line_where_it_changes(self):
         target_fn = hashed_logits(1, V)
         options = replay.ReplayOptions(policies=("none", "auto"), trace="p2", max_tokens=24)
