@@ -212,8 +212,12 @@ async def chat_app(session: FakeSession | None = None, *, app=None, size=SIZE, *
 
 
 async def send(app, pilot, text: str):
-    app.query_one("#chat-input").text = text
-    app.query_one("#chat-input").focus()
+    """``text`` in the chat input and Enter pressed once the input has the focus (``focus()``
+    only asks for it: an Enter that comes first goes to whatever had it)."""
+    chat_input = app.query_one("#chat-input")
+    chat_input.text = text
+    chat_input.focus()
+    await wait_for(pilot, lambda: app.focused is chat_input)
     await pilot.press("enter")
 
 
