@@ -101,12 +101,28 @@ gpu_offload() { python3 -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_
 # The package scripts/build_cuda_wheel.sh built on the CPU machines (sm_90, CUDA 13): no build
 # here where it loads. It links this machine's libcudart.so.13 and libcublas.so.13 (its image's
 # toolkit and Python packages), found wherever they are, and the driver's libcuda.so.1.
+cuda_lib_dirs() {  # where the toolkit's and the Python packages' CUDA 13 libraries are, quickly
+  python3 - <<'PY' 2>/dev/null
+import glob, os
+found = glob.glob("/usr/local/cuda*/lib*/lib*.so.13")
+try:
+    import nvidia  # nvidia-cublas, nvidia-cuda-runtime: beside the image's torch
+    for base in nvidia.__path__:
+        found += glob.glob(os.path.join(base, "**", "lib*.so.13"), recursive=True)
+except ImportError:
+    pass
+names = ("libcublas.so.13", "libcudart.so.13")
+print(":".join(dict.fromkeys(os.path.dirname(p) for p in found if os.path.basename(p) in names)))
+PY
+}
+
 prebuilt_cuda() {
   local tarball=$BUNDLE/cuda/llama_cpp-cuda-sm90.tar.xz dirs
   [ -f "$tarball" ] || return 1
   [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')" = 90 ] \
     || { echo "the prebuilt package is for sm_90 (H100, H200): building for this GPU"; return 1; }
-  dirs=$(find /usr /opt \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
+  dirs=$(cuda_lib_dirs)
+  [ -n "$dirs" ] || dirs=$(find /usr /opt \( -name 'libcublas.so.13' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
   export LD_LIBRARY_PATH=$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "prebuilt $(basename "$tarball"); CUDA libraries from ${dirs:-nowhere}"
   rm -rf "$SITE/llama_cpp" && tar -xJf "$tarball" -C "$SITE"
