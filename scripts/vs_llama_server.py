@@ -312,9 +312,15 @@ def pick(entry: str) -> tuple[dict, int]:
     return found[0], suite.get("max_tokens", 200)
 
 
+def suite_of(spec: str) -> dict:
+    """``--suite NAME[:ID,ID]``: the suite, cut to those prompts (ValueError naming the known
+    ones where an id is not there: asked before any server starts)."""
+    name, _, ids = spec.partition(":")
+    return suites.only(suites.load_suite(name), ids or None)
+
+
 def run_suite(servers: list[Server], args) -> int:
-    name, _, ids = args.suite.partition(":")
-    suite = suites.only(suites.load_suite(name), ids or None)
+    suite = suite_of(args.suite)
     max_tokens = args.max_tokens or suite.get("max_tokens", suites.SUITE_MAX_TOKENS)
     rows = play_suite(servers, suite["prompts"], max_tokens, args.rounds, args.system)
     base = args.baseline or servers[0].name
@@ -368,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         p.error(f"unknown servers {unknown}: give some of {', '.join(SERVERS)}")
     scenarios = [] if args.suite else [pick(entry) for entry in args.scenarios.split(",")]
+    if args.suite:
+        try:
+            suite_of(args.suite)
+        except ValueError as e:
+            raise SystemExit(f"--suite: {e}") from None
     with tempfile.TemporaryDirectory(prefix="localspec-vs-") as tmp:
         servers = []
         for name in names:

@@ -76,6 +76,14 @@ class TestRequests:
         vs.play_suite([Server("a")], prompts, 8, 1)
         assert asked == [("a", [{"role": "user", "content": "Sum it up."}])]
 
+    def test_a_suite_prompt_that_is_not_there_stops_the_run_before_any_server_starts(self, monkeypatch):
+        started = []
+        monkeypatch.setattr(vs, "start", started.append)
+        argv = ["--bin", "/b/llama-server", "--target", "t.gguf", "--draft", "d.gguf"]
+        with pytest.raises(SystemExit, match="no prompt doc-nope in this suite .known: doc-filter-backwash"):
+            vs.main([*argv, "--suite", "documents:doc-nope"])
+        assert started == []
+
     def test_a_chat_scenario_is_refused(self):
         with pytest.raises(ValueError, match="only regenerate and requests"):
             vs.chat_requests({"id": "c", "kind": "chat", "turns": []}, 200)
