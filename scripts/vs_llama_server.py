@@ -319,8 +319,7 @@ def suite_of(spec: str) -> dict:
     return suites.only(suites.load_suite(name), ids or None)
 
 
-def run_suite(servers: list[Server], args) -> int:
-    suite = suite_of(args.suite)
+def run_suite(servers: list[Server], suite: dict, args) -> int:
     max_tokens = args.max_tokens or suite.get("max_tokens", suites.SUITE_MAX_TOKENS)
     rows = play_suite(servers, suite["prompts"], max_tokens, args.rounds, args.system)
     base = args.baseline or servers[0].name
@@ -374,11 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     ]:
         p.error(f"unknown servers {unknown}: give some of {', '.join(SERVERS)}")
     scenarios = [] if args.suite else [pick(entry) for entry in args.scenarios.split(",")]
-    if args.suite:
-        try:
-            suite_of(args.suite)
-        except ValueError as e:
-            raise SystemExit(f"--suite: {e}") from None
+    try:  # read before any server starts
+        suite = suite_of(args.suite) if args.suite else None
+    except ValueError as e:
+        raise SystemExit(f"--suite: {e}") from None
     with tempfile.TemporaryDirectory(prefix="localspec-vs-") as tmp:
         servers = []
         for name in names:
@@ -389,8 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             servers.append(Server(name, command, f"http://127.0.0.1:{port}", env, cwd=cwd))
         try:
             start(servers)
-            if args.suite:
-                return run_suite(servers, args)
+            if suite is not None:
+                return run_suite(servers, suite, args)
             results = {}
             for sc, max_tokens in scenarios:
                 rows = play(servers, chat_requests(sc, max_tokens, args.requests))
