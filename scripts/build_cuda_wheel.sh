@@ -15,8 +15,9 @@
 # The build links libcuda.so.1 (the driver) against a stub written from cuda.h's names, as the
 # toolkit's own stubs/ does: the real driver on the GPU machine supplies them. The wheel needs
 # the GPU machine's libcudart.so.13 and libcublas.so.13 (CUDA 13.x, which its image has);
-# scripts/gpu-check.sh run finds them and installs the wheel instead of building.
-# The flags are gpu-check.sh build_llama_cuda's: flash attention off, ./dev's AVX2 CPU flags.
+# scripts/gpu-check.sh run finds them and unpacks the package instead of building.
+# The flags are gpu-check.sh build_llama_cuda's (scripts/cuda_cmake_args.sh), flash attention off.
+#   scripts/build_cuda_wheel.sh --pack-only [OUT_DIR]   pack a wheel built before (in $CUDA_BUILD_DIR)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT_DIR=${1:-$REPO/gpu-bundle/cuda}
@@ -28,6 +29,8 @@ CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 PY=${PYTHON:-$REPO/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 WORK=${CUDA_BUILD_DIR:-$(mktemp -d)}
+# shellcheck source=scripts/cuda_cmake_args.sh
+. "$REPO/scripts/cuda_cmake_args.sh"
 say() { printf '\n== %s [%s]\n' "$*" "$(date +%T)"; }
 
 toolkit() {  # a copy of the toolkit with cuBLAS and a driver stub in it: $WORK/cuda
@@ -53,11 +56,8 @@ wheel() {
   local tk=$WORK/cuda
   say "llama-cpp-python $LLAMA_VERSION with CUDA for sm_$ARCH ($(nproc) cores)"
   export CUDAToolkit_ROOT=$tk CUDACXX=$tk/bin/nvcc PATH=$tk/bin:$PATH
-  export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${ARCH}-real -DGGML_CUDA_FA=OFF \
-    -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
-    -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-    -DCUDAToolkit_ROOT=$tk -DCMAKE_CUDA_COMPILER=$tk/bin/nvcc"
+  CMAKE_ARGS="$(cuda_cmake_args "$ARCH" OFF) -DCUDAToolkit_ROOT=$tk -DCMAKE_CUDA_COMPILER=$tk/bin/nvcc"
+  export CMAKE_ARGS
   export CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)}
   echo "CMAKE_ARGS=$CMAKE_ARGS"
   mkdir -p "$WORK/wheel"
@@ -87,7 +87,7 @@ check() {  # what the CUDA library links, and the archive's size
   readelf -d "$WORK"/pack/llama_cpp/lib/libggml-cuda.so.*.* | grep NEEDED
 }
 
-[ "${1:-}" = --pack-only ] && { OUT_DIR=${2:-$REPO/gpu-bundle/cuda}; pack; check; exit; }
+[ "${1:-}" = --pack-only ] && { pack; check; exit; }
 toolkit
 wheel
 pack

@@ -59,6 +59,9 @@ TRIM="models docs media benches tests examples gguf-py scripts conversion pocs .
       ggml/src/ggml-opencl ggml/src/ggml-webgpu ggml/src/ggml-zdnn ggml/src/ggml-hexagon
       ggml/src/ggml-kompute ggml/src/ggml-openvino"
 
+# shellcheck source=scripts/cuda_cmake_args.sh
+. "$REPO/scripts/cuda_cmake_args.sh"
+
 say() { printf '\n== %s [%s]\n' "$*" "$(date +%T)"; }
 
 prepare() {
@@ -143,18 +146,14 @@ build_llama_cuda() {
   local arch fa=OFF
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
   [ "${GPU_CHECK_FA:-0}" = 1 ] && fa=ON
-  # CPU flags as ./dev sets them where a VM reports AMX it does not allow; the GPU does the work.
-  export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${arch}-real -DGGML_CUDA_FA=$fa \
-    -DGGML_CUDA_NCCL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
-    -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF"
+  CMAKE_ARGS=$(cuda_cmake_args "$arch" "$fa")
+  export CMAKE_ARGS
   export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
   echo "CMAKE_ARGS=$CMAKE_ARGS"
   python3 -m pip install --no-index --no-build-isolation --no-deps --no-cache-dir \
     --disable-pip-version-check --target "$SITE" \
     "$BUNDLE/llama_cpp_python-$LLAMA_VERSION-trimmed.tar.gz" 2>&1 | tail -5
-  python3 -c 'import llama_cpp, sys; sys.exit(not llama_cpp.llama_supports_gpu_offload())' \
-    || { echo "the build has no GPU offload: see the log above" >&2; exit 1; }
+  gpu_offload || { echo "the build has no GPU offload: see the log above" >&2; exit 1; }
 }
 
 bench_spec() {  # $1 SHAPE:TYPE: its random-weight model written, then benched (run's locals:
