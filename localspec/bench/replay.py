@@ -385,6 +385,8 @@ def run_policy(
                 now = explain(mode.controller.state(), mode.controller.costs, reading=mode.controller.reading).line
                 traced = f"{policy} k={step.model_k} drafted={len(step.drafted)} accepted={step.n_accepted}"
                 traced += f" padded={step.n_padded}" if step.n_padded else ""
+                traced += f" from={step.source}" if step.source else ""
+                traced += f" time={(step.draft_seconds + step.verify_seconds) / cost(curve, 1):.2f}"
                 out.trace.append(traced + (f"  {now}" if now != line else ""))
                 line = now
             stats.add(step)

@@ -111,7 +111,8 @@ def add_replay_options(p) -> None:
         "--trace",
         default=None,
         metavar="PROMPT",
-        help="print this prompt's steps, with the drafting line wherever it changes",
+        help="print this prompt's steps (where the drafts came from, each step's draft and verify time "
+        "in T(1)), with the drafting line wherever it changes",
     )
     r.add_argument(
         "--keep-replies",

@@ -170,8 +170,8 @@ class AdaptiveController(Decides):
         (``SteadySize``); ``behind()``: the tokens the draft must read first (for a try's price);
         ``budget``: the tokens the reply may still have (for what a change of size saves)."""
         self._steps += 1
-        propose, runs = self.acceptance.propose, self.draft_max if self.extend_when_sure else 0
-        self.last = self.steady.plan(self._choose(behind), self.alpha, propose, budget, self.gated, runs)
+        propose = self.acceptance.propose
+        self.last = self.steady.plan(self._choose(behind), self.alpha, propose, budget, self.gated)
         return self.last
 
     def pick(self, copies: Sequence[Draft], k: int, room: int = 0) -> tuple[Draft | None, int]:
@@ -201,7 +201,10 @@ class AdaptiveController(Decides):
         base, alpha = float(rates[0]), self.alpha
         if self.gated:  # the gate predicts each proposal, not the controller
             return Choice(k, math.nan, base, reason=Reason.GATED, alpha=alpha, best_k=k, resumed=self.resumed)
-        draft_max, speedup = self.draft_max if self.extend_when_sure else 0, float(rates[k] / base)
+        # a sure draft runs past k, but not past a steady size: real runs mostly end too soon to
+        # pay its two changes of size (docs/design.md, "Sure runs where a change costs")
+        draft_max = self.draft_max if self.extend_when_sure and not self.costs.change else 0
+        speedup = float(rates[k] / base)
         return Choice(
             k, float(rates[k]), base, draft_max, alpha=alpha, best_k=k, best_speedup=speedup, resumed=self.resumed
         )

@@ -29,14 +29,13 @@ class SteadySize:
         """A new reply: the prompt's read changes the size anyway."""
         self.size = self.costs.size = 0
 
-    def plan(
-        self, choice: Choice, alpha: float, propose: float, budget: int | None, gated: bool, draft_max: int
-    ) -> Choice:
+    def plan(self, choice: Choice, alpha: float, propose: float, budget: int | None, gated: bool) -> Choice:
         """``choice`` with the rows its step verifies: k + 1. The size of the step before stays
         unless the new one saves more than a change costs (``_pays``), or it is a try from single
-        tokens (its price counts its changes); kept, the draft may run to ``draft_max`` where
-        it is sure. Lookup's copies, of every length, stay one-offs beside single tokens (their
-        gate prices the changes). Where a change costs nothing (a CPU), ``choice`` as it is."""
+        tokens (its price counts its changes); kept, the draft runs to the size, no further
+        (docs/design.md, "Sure runs where a change costs"). Lookup's copies, of every length, stay one-offs beside
+        single tokens (their gate prices the changes). Where a change costs nothing (a CPU),
+        ``choice`` as it is."""
         if not self.costs.change:
             return choice
         if choice.reason is Reason.READING:  # single tokens while the draft waits on the prompt's
@@ -45,8 +44,7 @@ class SteadySize:
         want = 1 if gated else choice.k + 1
         held = self.size not in (0, want) and not (choice.reason is Reason.TRY and self.size == 1)
         if held and not self._pays(want, alpha, propose, budget):
-            runs = draft_max if self.size > 1 else 0
-            choice = replace(choice, k=self.size - 1, reason=Reason.STEADY, wanted=want, draft_max=runs)
+            choice = replace(choice, k=self.size - 1, reason=Reason.STEADY, wanted=want, draft_max=0)
             want = self.size
         self.size = self.costs.size = want
         return replace(choice, rows=want)

@@ -268,9 +268,9 @@ class TestReplay:
         target_fn = hashed_logits(1, V)
         options = replay.ReplayOptions(policies=("none", "auto"), trace="p2", max_tokens=24)
         out = replay.replay(recording(target_fn, ids=("p1", "p2")), FakeModel(target_fn, V), {}, options)
-        assert out.trace[0].startswith("none k=0 drafted=0 accepted=0  ")  # the first step names its line
-        assert out.trace[1] == "none k=0 drafted=0 accepted=0"  # unchanged: the step alone
-        assert any(line.startswith("auto k=") for line in out.trace)
+        assert out.trace[0].startswith("none k=0 drafted=0 accepted=0 time=1.00  ")  # the first step names its line
+        assert out.trace[1] == "none k=0 drafted=0 accepted=0 time=1.00"  # unchanged: the step alone, a T(1)
+        assert any(line.startswith("auto k=") and " from=" in line for line in out.trace)  # drafts say their source
 
     def test_the_prompts_are_picked_by_id_patterns(self):
         names = ("code-lru", "edit-js", "explain-gil", "held-explain-hash", "held-edit-guards-py")

@@ -458,6 +458,16 @@ class TestSteadySizes:
         ctl2.acceptance = Acceptance(0.95)
         assert ctl2.choose(budget=1).rows == 1  # one token left: a change would not pay
 
+    @pytest.mark.parametrize("change, runs_to", [(0.0, 8), (1.0, 0)])
+    def test_a_sure_draft_runs_past_k_only_where_a_change_costs_nothing(self, change, runs_to):
+        ctl = self.settled(change)
+        ctl.extend_when_sure = True
+        first = ctl.choose(budget=200)
+        ctl.observe(first.k, first.k - 1)
+        held = ctl.choose(budget=200)  # on a GPU: held at the first size
+        assert first.k > 0 and first.draft_max == held.draft_max == runs_to
+        assert held.reason is (Reason.STEADY if change else Reason.ON)
+
     def test_a_try_counts_its_two_changes(self):
         ctl = self.settled(0.0)
         charged = self.settled(3.0)
