@@ -7,6 +7,7 @@ ordinary tokens, a logits row per token), and restores every cache it touched.""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from statistics import median
 
@@ -112,7 +113,9 @@ def time_change(model: CachedModel, sizes: Sequence[int] = CHANGE_SIZES, rounds:
     GPU, llama.cpp's CUDA backend captures its graph again): the ``settle`` + 1 evaluations right
     after a change, over the same number right after them at the same size, a change from single
     tokens into each size and one back, the median. 0 for a model that does not settle (a CPU:
-    measured to cost nothing there, docs/benchmarks.md), which is not timed."""
+    measured to cost nothing there, docs/benchmarks.md), which is not timed, and where the
+    changes came out dearer no more often than chance would have it (``dearer``): a backend
+    whose changes cost nothing times noise, half of it above 0."""
     sizes = [n for n in sizes if 1 < n <= model.n_ctx // 2]
     if not model.settle or not sizes:
         return 0.0
@@ -128,7 +131,15 @@ def time_change(model: CachedModel, sizes: Sequence[int] = CHANGE_SIZES, rounds:
             for n in sizes:
                 excess.append(run(n) - run(n))  # into n, then steady at n
                 excess.append(run(1) - run(1))  # back to single tokens, then steady
-    return max(median(excess), 0.0)
+    return max(median(excess), 0.0) if dearer(excess) else 0.0
+
+
+def dearer(excess: Sequence[float], significance: float = 0.01) -> bool:
+    """Whether more of ``excess`` is above 0 than a fair coin would make it (a sign test, at the
+    1 % level, so a backend whose changes cost nothing is read as one that pays for them at one
+    load in a hundred at most): 15 of 18 or more."""
+    n, above = len(excess), sum(e > 0 for e in excess)
+    return sum(math.comb(n, i) for i in range(above, n + 1)) / 2**n < significance
 
 
 def calibrate(

@@ -333,6 +333,23 @@ class TestChangeCost:
         assert calibration.time_change(target) == pytest.approx(change)
         assert target.cached == [5, 6, 7]
 
+    @pytest.mark.parametrize("seed", range(5))
+    def test_a_backend_whose_changes_cost_nothing_times_noise_as_no_change(self, monkeypatch, seed):
+        # no change costs anything; every evaluation varies by up to 10 % (a GPU's jitter)
+        clock, rng = VirtualClock(), np.random.default_rng(seed)
+        monkeypatch.setattr(costs, "clock", clock)
+        target = TimedModel(hashed_logits(10, V), V, clock, lambda n, call: 0.01 * n * rng.uniform(0.9, 1.1))
+        target.settle = 2
+        assert calibration.time_change(target) == 0.0
+
+    def test_a_change_dearer_than_the_noise_is_timed_through_it(self, monkeypatch):
+        clock, rng = VirtualClock(), np.random.default_rng(0)
+        monkeypatch.setattr(costs, "clock", clock)
+        charge = charging(0.02)
+        target = TimedModel(hashed_logits(10, V), V, clock, lambda n, call: charge(n, call) * rng.uniform(0.95, 1.05))
+        target.settle = 2
+        assert calibration.time_change(target) == pytest.approx(0.02, rel=0.3)
+
     def test_a_model_that_does_not_settle_is_not_timed(self, monkeypatch):
         clock = VirtualClock()
         monkeypatch.setattr(costs, "clock", clock)
