@@ -33,9 +33,9 @@ class SteadySize:
         """``choice`` with the rows its step verifies: k + 1. The size of the step before stays
         unless the new one saves more than a change costs (``_pays``), or it is a try from single
         tokens (its price counts its changes); kept, the draft runs to the size, no further
-        (docs/design.md, "Sure runs where a change costs"). Lookup's copies, of every length, stay one-offs beside
-        single tokens (their gate prices the changes). Where a change costs nothing (a CPU),
-        ``choice`` as it is."""
+        (docs/design.md, "Sure runs where a change costs"). Lookup's copies, of every length,
+        stay one-offs beside single tokens (their gate prices the changes). Where a change costs
+        nothing (a CPU), ``choice`` as it is."""
         if not self.costs.change:
             return choice
         if choice.reason is Reason.READING:  # single tokens while the draft waits on the prompt's
