@@ -38,26 +38,15 @@ def main() -> None:
         raise SystemExit(f"{args.model}: this model does not settle (a CPU): a load times no change; add --settle")
     t1 = statistics.median(calibration.time_one(model, [1], 0) for _ in range(5))
     print(f"T(1) {t1 * 1e3:.2f} ms")
-    seen: list[list[float]] = []
-
-    def watched(excess, significance: float = 0.01) -> bool:
-        seen.append(list(excess))
-        return dearer(excess, significance)
-
-    dearer, calibration.dearer = calibration.dearer, watched
-    try:
-        for i in range(args.rounds):
-            change = calibration.time_change(model)
-            excess = seen[-1]
-            above = sum(e > 0 for e in excess)
-            raw = max(statistics.median(excess), 0.0)
-            print(
-                f"round {i + 1}: counted {change / t1:.2f} T(1); max(median, 0) {raw / t1:.2f} T(1); "
-                f"{above} of {len(excess)} above 0",
-                flush=True,
-            )
-    finally:
-        calibration.dearer = dearer
+    for i in range(args.rounds):
+        excess = calibration.change_excess(model)
+        counted, raw = calibration.counted_change(excess), max(statistics.median(excess), 0.0)
+        above = sum(e > 0 for e in excess)
+        print(
+            f"round {i + 1}: counted {counted / t1:.2f} T(1); max(median, 0) {raw / t1:.2f} T(1); "
+            f"{above} of {len(excess)} above 0",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -116,9 +116,20 @@ def time_change(model: CachedModel, sizes: Sequence[int] = CHANGE_SIZES, rounds:
     measured to cost nothing there, docs/benchmarks.md), which is not timed, and where the
     changes came out dearer no more often than chance would have it (``dearer``): a backend
     whose changes cost nothing times noise, half of it above 0."""
+    return counted_change(change_excess(model, sizes, rounds))
+
+
+def counted_change(excess: Sequence[float]) -> float:
+    """The change that timed ``excess`` stands for: their median where they came out dearer than
+    chance would have it (``dearer``), else 0."""
+    return max(median(excess), 0.0) if excess and dearer(excess) else 0.0
+
+
+def change_excess(model: CachedModel, sizes: Sequence[int] = CHANGE_SIZES, rounds: int = 3) -> list[float]:
+    """``time_change``'s timed excesses, seconds each (none for a model that does not settle)."""
     sizes = [n for n in sizes if 1 < n <= model.n_ctx // 2]
     if not model.settle or not sizes:
-        return 0.0
+        return []
     m = model.settle + 1
     excess: list[float] = []
     with timing_prefix(model, max(sizes)) as (tokens, prefix):
@@ -131,7 +142,7 @@ def time_change(model: CachedModel, sizes: Sequence[int] = CHANGE_SIZES, rounds:
             for n in sizes:
                 excess.append(run(n) - run(n))  # into n, then steady at n
                 excess.append(run(1) - run(1))  # back to single tokens, then steady
-    return max(median(excess), 0.0) if dearer(excess) else 0.0
+    return excess
 
 
 def dearer(excess: Sequence[float], significance: float = 0.01) -> bool:
