@@ -44,7 +44,7 @@ class SteadySize:
         want = 1 if gated else choice.k + 1
         held = self.size not in (0, want) and not (choice.reason is Reason.TRY and self.size == 1)
         if held and not self._pays(want, alpha, propose, budget):
-            choice = replace(choice, k=self.size - 1, reason=Reason.STEADY, wanted=want, draft_max=0)
+            choice = replace(choice, k=self.size - 1, reason=Reason.STEADY, wanted=want)
             want = self.size
         self.size = self.costs.size = want
         return replace(choice, rows=want)
