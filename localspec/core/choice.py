@@ -36,6 +36,7 @@ class Choice:
     best_speedup: float = math.nan  # expected speed-up at best_k (HARDWARE: every draft accepted)
     next_try_in: int | None = None  # off: steps until the next try (None: none comes)
     outpaced: bool = False  # off: the draft's catch-up grows faster than tries earn (Tries.outpaced)
+    unreachable: bool = False  # off: no try, all its drafts accepted, would switch drafting on (trial_length)
     resumed: bool = False  # on: the last try found drafting pays again
     note: str = ""  # FIXED: what fixed it
     # the rows the target verifies, the draft padded to them, where a change of batch size costs

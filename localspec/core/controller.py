@@ -11,11 +11,12 @@ import copy as _copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TypeAlias
 
 import numpy as np
 
-from .budget import Tries
+from .budget import Tries, trial_length
 from .choice import Choice, Reason
 from .costs import CostModel, best_k, extension_value, speeds
 from .drafters import Draft
@@ -192,7 +193,7 @@ class AdaptiveController(Decides):
         k = self.model_k(rates)
         if self.reading is not None and (self.reading.skip or (self.reading.hold and self._steps == 1)):
             return self._reading(rates, k)
-        if self.tries.trial_over(k > 0):
+        if self.tries.trial_over(k > 0, partial(switches_on, self)):
             self.resumed = k > 0  # drafting pays again, or not
             self.tries.judged(k > 0)
         if k == 0:
@@ -218,9 +219,9 @@ class AdaptiveController(Decides):
         )
 
     def _off(self, rates: np.ndarray, behind: Callable[[], int] | None) -> Choice:
-        """Off: at the learnt acceptance drafting does not pay. A try drafts ``probe_k`` tokens for
-        ``trial_steps`` steps, made once the budget affords its price (a first try: once the
-        opening is over)."""
+        """Off: at the learnt acceptance drafting does not pay. A try drafts ``probe_k`` tokens for as
+        long as its drafts could switch drafting on (``budget.trial_length``), made once the budget
+        affords its price (a first try: once the opening is over)."""
         probe_k, base = min(self.policy.probe_k, self.draft_max), float(rates[0])
         self.resumed = False
         best = float(rates[1:].max() / base) if len(rates) > 1 else 0.0
@@ -234,13 +235,14 @@ class AdaptiveController(Decides):
         if best_gain(perfect) < self.policy.min_gain:  # even drafts always accepted could not pay here
             best = float(perfect[1:].max() / perfect[0]) if len(perfect) > 1 else 1.0  # (a longest draft of 0)
             return replace(off, reason=Reason.HARDWARE, alpha=1.0, best_speedup=best)
-        waits = self._steps <= self.policy.opening_steps and not self.drafted
+        if self._steps <= self.policy.opening_steps and not self.drafted:  # the first try: after the opening, unpriced
+            return replace(off, next_try_in=self.policy.opening_steps + 1 - self._steps)
         # what drafting could win at best: every proposal accepted, at the rate the drafter proposes
         reach = speeds(self.costs, 1.0, self.draft_max, propose=self.acceptance.propose)
         best_saving = (best_gain(reach) - 1.0) * self.costs.T(1)
-        if waits:  # the first try comes once the opening is over, unpriced
-            return replace(off, next_try_in=self.policy.opening_steps + 1 - self._steps)
-        if not self.tries.due(rates, probe_k, behind, best_saving, self.drafted):
+        if (steps := trial_length(partial(switches_on, self), self.policy.trial_steps)) is None:
+            return replace(off, unreachable=True)
+        if not self.tries.due(rates, probe_k, behind, best_saving, self.drafted, steps):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
         self.tries.start()
         return trying
@@ -248,6 +250,15 @@ class AdaptiveController(Decides):
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:
         self.drafted = self.drafted or n_drafted > 0 or passes > 0  # a refused pass was a try too
         self.acceptance.observe(n_drafted, n_accepted, passes)
+
+
+def switches_on(controller: AdaptiveController, steps: int) -> bool:
+    """Whether ``steps`` try steps, every draft accepted, would switch ``controller``'s drafting on."""
+    probe_k, acceptance = min(controller.policy.probe_k, controller.draft_max), _copy.copy(controller.acceptance)
+    for _ in range(steps):
+        acceptance.observe(probe_k, probe_k)
+    rates = speeds(controller.costs, acceptance.alpha, controller.draft_max, propose=acceptance.propose)
+    return controller.model_k(rates) > 0
 
 
 Controller: TypeAlias = FixedController | AdaptiveController

@@ -23,6 +23,8 @@ class DraftingState:
     expected_speedup: float | None = None  # the model's speed-up at its best k
     # off: the draft's catch-up grows faster than tries earn (controller.Tries.outpaced)
     outpaced: bool = False
+    # off: no try's drafts, every one accepted, would switch drafting on (budget.trial_length)
+    unreachable: bool = False
     copies: bool = False  # off: trusted suffix matches are still proposed (they cost no draft pass)
     history: str = ""  # where the mode's suffix drafts may also come from: "12 past replies" ("": none)
     reading: str = ""  # where the draft does not read the prompt now: why, in numbers (``Reading.line``)
@@ -44,6 +46,8 @@ class DraftingState:
             return ""
         if self.next_try_in is not None:
             return f"; tries again in {self.next_try_in} steps"
+        if self.unreachable:
+            return "; not tried again at this acceptance: a try would not switch drafting on, every draft accepted"
         if self.outpaced:
             return "; not tried again while each step off adds more to the draft's catch-up than tries earn"
         return "; not tried again on this hardware" if self.draft_cost is not None else ""
@@ -153,4 +157,5 @@ def _off(c: Choice, costs: CostModel) -> DraftingState:
         verify_cost=check2,
         expected_speedup=c.best_speedup,
         outpaced=c.outpaced,
+        unreachable=c.unreachable,
     )

@@ -1,8 +1,9 @@
 """The budget for tries while drafting is off: what it earns, spends and says."""
 
+import numpy as np
 import pytest
 
-from localspec.core.budget import Tries
+from localspec.core.budget import TRIAL_MAX, Tries, trial_length
 from localspec.core.costs import CostModel, speeds
 from localspec.core.policy import DEFAULT as P
 
@@ -62,3 +63,20 @@ def test_a_long_session_of_failed_tries_stays_at_the_floor():
     assert tries.share == P.try_share
     tries.judged(True)
     assert tries.share == P.first_try_share
+
+
+class TestTrialLength:
+    def test_a_trial_past_the_steps_its_drafts_need_to_switch_drafting_on(self):
+        assert trial_length(lambda n: n >= 1, 4) == 8  # at least a trial's steps, then a trial
+        assert trial_length(lambda n: n >= 7, 4) == 11
+        assert trial_length(lambda n: n >= TRIAL_MAX * 4, 4) == TRIAL_MAX * 4 + 4
+        assert trial_length(lambda n: n > TRIAL_MAX * 4, 4) is None  # not even TRIAL_MAX trials of them
+
+    def test_a_try_ends_once_the_steps_it_has_left_could_no_longer_switch_drafting_on(self):
+        tries = Tries(CostModel({1: 1.0, 2: 1.1}))
+        tries.due(np.ones(3), 2, None, best_saving=1.0, priced=False, steps=10)
+        tries.start()
+        assert tries.left == 9
+        assert not tries.trial_over(False, lambda n: n >= 9)  # nine left would still do
+        tries.left -= 1
+        assert tries.trial_over(False, lambda n: n >= 9) and tries.left == 0  # eight would not
