@@ -46,16 +46,14 @@ class Tries:
         self.price = self.earning = self.growth = 0.0  # the last price asked; a step's earning; the catch-up's growth
         self.behind = self.left = self.failed = self.age = 0  # age: the try's steps so far
         self.started = False  # a try is under way
-        self.steps = policy.trial_steps  # the next try's length (``trial_length``)
+        self.steps = policy.trial_steps  # the try's length (``trial_length``)
 
-    def due(self, rates: np.ndarray, k: int, behind: Behind, best_saving: float, priced: bool, steps: int = 0) -> bool:
-        """A step off earns its share of ``best_saving``; whether a try of ``k`` drafts for
-        ``steps`` steps (0: ``trial_steps``) comes now, the draft ``behind()`` tokens behind.
-        ``priced``: the try must be afforded (before anything was drafted it need not: the first
-        try comes once the opening is over)."""
+    def due(self, rates: np.ndarray, k: int, behind: Behind, best_saving: float, priced: bool) -> bool:
+        """A step off earns its share of ``best_saving``; whether a try of ``k`` drafts comes now,
+        the draft ``behind()`` tokens behind. ``priced``: the try must be afforded (before anything
+        was drafted it need not: the first try comes once the opening is over)."""
         self.earning = self.share * max(best_saving, 0.0)
         self.budget += self.earning
-        self.steps = steps or self.policy.trial_steps
         if not priced:
             return True
         n_behind = behind() if behind else 0
@@ -83,8 +81,9 @@ class Tries:
         self.growth = 0.0  # the try's first pass reads what the draft is behind on
         return True
 
-    def start(self) -> None:
-        """A try begins: its first step now, ``left`` after it."""
+    def start(self, steps: int = 0) -> None:
+        """A try of ``steps`` steps (0: ``trial_steps``) begins: its first step now, ``left`` after it."""
+        self.steps = steps or self.policy.trial_steps
         self.started, self.left, self.age = True, self.steps - 1, 0
 
     def trial_over(self, on: bool, switches_on: Callable[[int], bool] | None = None) -> bool:

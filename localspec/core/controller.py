@@ -242,9 +242,9 @@ class AdaptiveController(Decides):
         best_saving = (best_gain(reach) - 1.0) * self.costs.T(1)
         if (steps := trial_length(partial(switches_on, self), self.policy.trial_steps)) is None:
             return replace(off, unreachable=True)
-        if not self.tries.due(rates, probe_k, behind, best_saving, self.drafted, steps):
+        if not self.tries.due(rates, probe_k, behind, best_saving, self.drafted):
             return replace(off, next_try_in=self.tries.next_in(), outpaced=self.tries.outpaced)
-        self.tries.start()
+        self.tries.start(steps)
         return trying
 
     def observe(self, n_drafted: int, n_accepted: int, passes: int = 0) -> None:

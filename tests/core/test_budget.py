@@ -1,6 +1,5 @@
 """The budget for tries while drafting is off: what it earns, spends and says."""
 
-import numpy as np
 import pytest
 
 from localspec.core.budget import TRIAL_MAX, Tries, trial_length
@@ -74,8 +73,7 @@ class TestTrialLength:
 
     def test_a_try_ends_once_the_steps_it_has_left_could_no_longer_switch_drafting_on(self):
         tries = Tries(CostModel({1: 1.0, 2: 1.1}))
-        tries.due(np.ones(3), 2, None, best_saving=1.0, priced=False, steps=10)
-        tries.start()
+        tries.start(10)
         assert tries.left == 9
         assert not tries.trial_over(False, lambda n: n >= 9)  # nine left would still do
         tries.left -= 1
