@@ -330,11 +330,8 @@ def replay(recording: dict, real_draft: CachedModel, memo: dict, options: Replay
     rows read from ``memo`` (the rows it lacks computed by ``real_draft`` and added). The
     virtual clock is installed as ``costs.clock`` while it runs."""
     clock = Clock(options.noise, options.seed, options.burst)
-    curve, t_draft = {int(n): t for n, t in recording["curve"].items()}, recording["t_draft"]
-    if options.shape:
-        curve, t_draft = reshape(curve, t_draft, list(options.shape), options.draft_pass)
+    curve, t_draft, read = replayed_costs(recording, options)
     target = ReplayTarget(real_draft, curve, clock, options.blind, options.size_change)
-    read = recording["read"] if options.draft_read is None else options.draft_read * curve[1]
     draft = MemoDraft(real_draft, t_draft, read, clock, memo)
     prompts = select(recording["prompts"], options.prompts)
     out = Replay()
@@ -345,6 +342,17 @@ def replay(recording: dict, real_draft: CachedModel, memo: dict, options: Replay
     finally:
         costs_module.clock = real_clock
     return out
+
+
+def replayed_costs(recording: dict, options: ReplayOptions) -> tuple[dict[int, float], float, float]:
+    """The costs a replay runs on, in seconds: the verify curve T(n), a draft pass and the draft's
+    read of a prompt token: the recording's, or another machine's (``--shape``, ``--draft-pass``,
+    ``--draft-read``) at the recording's T(1)."""
+    curve, t_draft = {int(n): t for n, t in recording["curve"].items()}, recording["t_draft"]
+    if options.shape:
+        curve, t_draft = reshape(curve, t_draft, list(options.shape), options.draft_pass)
+    read = recording["read"] if options.draft_read is None else options.draft_read * curve[1]
+    return curve, t_draft, read
 
 
 def run_policy(
@@ -527,6 +535,27 @@ def report(results: dict[str, dict[str, Outcome]], policies: list[str]) -> list[
         best = [row["auto"][0] / max(row[p][0] for p in fixed) for row in results.values()]
         lines.append("auto / best fixed: " + " ".join(f"{x:.2f}" for x in best) + f"  (min {min(best):.2f})")
     return lines
+
+
+def costs_report(recording: dict, options: ReplayOptions) -> list[str]:
+    """The costs replayed, in T(1), and where each comes from (the recording's machine, or a flag):
+    every figure of the table rests on them."""
+    curve, t_draft, read = replayed_costs(recording, options)
+    t1, sizes = curve[1], (2, 4, 8, 16)
+    ratios = " / ".join(f"{cost(curve, n) / t1:.2f}" for n in sizes)
+    mine = "this recording's machine"
+    change = options.size_change
+    return [
+        f"costs replayed, in T(1): T(n), n = {' / '.join(map(str, sizes))}: {ratios} "
+        f"({'--shape' if options.shape else mine}); a draft pass {t_draft / t1:.2f} "
+        f"({'--draft-pass' if options.shape and options.draft_pass else mine}); the draft's read of a prompt "
+        f"token {read / t1:.3f} ({mine if options.draft_read is None else '--draft-read'}); "
+        + (
+            f"a change of batch size {change:.2f} each way, into a size and out of it (--size-change)"
+            if change
+            else "a change of batch size nothing (a CPU's; --size-change for a GPU's)"
+        )
+    ]
 
 
 def wall_report(results: dict[str, dict[str, Outcome]], policies: list[str]) -> list[str]:

@@ -83,7 +83,9 @@ def add_replay_options(p) -> None:
         default=None,
         metavar="F",
         help="a target evaluation of another size than the one before costs F times T(1) more and is no "
-        "sample until the size settles, as on a GPU (CUDA builds its graph again), e.g. 1.35",
+        "sample until the size settles, as on a GPU (CUDA builds its graph again): a verify between single "
+        "tokens pays it twice, into its size and out of it (the H200's 1.5B F16 target paid 1.35 T(1) for "
+        "both, 0.68 each), e.g. 0.68",
     )
     r.add_argument("--no-profile", action="store_true", help="with --cold: every prompt from the default prior")
     r.add_argument(
@@ -293,7 +295,7 @@ def cmd_replay(args) -> int:
         draft.close()
     replay.write_memo(args.replay, memo)
     report = replay.report(result.results, list(opts.policies)) + replay.dropped_report(result.dropped)
-    print("\n".join([*result.trace, *report]))
+    print("\n".join([*result.trace, *replay.costs_report(recording, opts), *report]))
     if note := replay.memo_note(len(memo) - n_memo, args.replay):
         print(note, file=sys.stderr)
     return 0

@@ -337,6 +337,26 @@ class TestReport:
         assert len(lines) == 5 and lines[-1].startswith("whole request")
 
 
+class TestCostsReport:
+    def test_the_recording_s_own_costs_are_said_with_where_they_come_from(self):
+        rec = recording(hashed_logits(V, 1))
+        (line,) = replay.costs_report(rec, replay.ReplayOptions())
+        # T(n) / T(1) of CURVE: 1 + 0.05 (n - 1); a draft pass 0.2 and a read 0.05 at T(1) = 1
+        assert line == (
+            "costs replayed, in T(1): T(n), n = 2 / 4 / 8 / 16: 1.05 / 1.15 / 1.35 / 1.75 (this recording's machine); "
+            "a draft pass 0.20 (this recording's machine); the draft's read of a prompt token 0.050 (this "
+            "recording's machine); a change of batch size nothing (a CPU's; --size-change for a GPU's)"
+        )
+
+    def test_another_machine_s_costs_name_the_flags_they_come_from(self):
+        options = replay.ReplayOptions(shape=(1.3, 1.4, 1.5), draft_pass=0.5, draft_read=0.01, size_change=0.68)
+        (line,) = replay.costs_report(recording(hashed_logits(V, 1)), options)
+        # past the shape T(n) grows by its last step (0.1 a row): T(8) = 1.5 + 4 * 0.1
+        assert "T(n), n = 2 / 4 / 8 / 16: 1.30 / 1.50 / 1.90 / 2.70 (--shape)" in line
+        assert "a draft pass 0.50 (--draft-pass)" in line and "a prompt token 0.010 (--draft-read)" in line
+        assert line.endswith("a change of batch size 0.68 each way, into a size and out of it (--size-change)")
+
+
 class TestRecordingFiles:
     def test_the_memo_is_kept_beside_the_recording(self, tmp_path):
         path = tmp_path / "rec.json"
@@ -375,9 +395,10 @@ class TestReplayCli:
         assert main([*argv, "--max-tokens", "12"]) == 0
         captured = capsys.readouterr()
         first, first_err = captured.out.splitlines(), captured.err
-        assert [line.split()[0] for line in first[:6]] == ["prompt", "p1", "p2", "median", "whole", "auto"]
+        assert first[0].startswith("costs replayed, in T(1): ") and "(this recording's machine)" in first[0]
+        assert [line.split()[0] for line in first[1:7]] == ["prompt", "p1", "p2", "median", "whole", "auto"]
         # then, per policy that verified drafts, how many tokens its verifies dropped
-        assert first[6:] and all(line.split(":")[0] in ("auto", "fixed-k4-p0") for line in first[6:])
+        assert first[7:] and all(line.split(":")[0] in ("auto", "fixed-k4-p0") for line in first[7:])
         assert "fixed-k4-p0: of " in first[-1]
         assert (tmp_path / "rec.json.memo").exists()
         assert main([*argv, "--max-tokens", "12"]) == 0
