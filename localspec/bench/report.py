@@ -322,10 +322,11 @@ def curve_markdown(cmp: dict | None) -> list[str]:
 def size_change_markdown(change: dict | None) -> list[str]:
     if not change:
         return []
-    m, k = change["seconds"], change["k"]
+    m, k, both = change["seconds"], change["k"], change["extra_over_t1"]
     return [
-        f"A change of size (a verify of {k} between one-token steps) adds {change['extra_seconds'] * 1000:.2f} ms "
-        f"= {change['extra_over_t1']:.2f} T(1) to the steps around it: T({k}) {m['k_after_ones'] * 1000:.2f} ms "
+        f"Two changes of size (a verify of {k} between one-token steps: into {k} and back) add "
+        f"{change['extra_seconds'] * 1000:.2f} ms = {both:.2f} T(1) to the steps around them, {both / 2:.2f} T(1) a "
+        f"change (`bench --replay --size-change {both / 2:.2f}`): T({k}) {m['k_after_ones'] * 1000:.2f} ms "
         f"after one-token steps, {m['k'] * 1000:.2f} ms repeated; the two one-token steps after it "
         f"{m['one_after_k'] * 1000:.2f} and {m['two_after_k'] * 1000:.2f} ms, {m['one'] * 1000:.2f} ms in a run "
         "(median of 5; CUDA re-captures its graph after a change of size).",

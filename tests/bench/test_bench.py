@@ -611,3 +611,14 @@ class TestSizeChange:
         assert change["extra_over_t1"] == pytest.approx(change["extra_seconds"] / 0.005)
         assert change["at_load_seconds"] == pytest.approx(0.002)
         assert target.cached == [5, 6, 7]
+
+    def test_the_report_gives_the_two_changes_and_one_change_each_way_as_a_replay_takes_it(self):
+        from localspec.bench.report import size_change_markdown
+
+        m = {"one": 0.005, "k": 0.008, "k_after_ones": 0.010, "one_after_k": 0.007, "two_after_k": 0.006}
+        change = {"k": 4, "seconds": m, "extra_seconds": 0.005, "extra_over_t1": 1.0, "at_load_seconds": 0.0025}
+        first, load = size_change_markdown(change)
+        # the replay charges --size-change F at each change: a verify between single tokens pays it twice
+        assert first.startswith("Two changes of size (a verify of 4 between one-token steps: into 4 and back) add 5.00")
+        assert "= 1.00 T(1) to the steps around them, 0.50 T(1) a change (`bench --replay --size-change 0.50`)" in first
+        assert load.startswith("The load timed one change at 2.50 ms")

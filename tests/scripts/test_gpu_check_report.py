@@ -63,7 +63,10 @@ class TestTargetSection:
     def test_what_a_change_of_size_adds(self):
         change = {"k": 4, "extra_seconds": 0.004, "extra_over_t1": 1.5, "seconds": {"one": 0.0027}}
         lines = gpu_check_report.target_section({**SEVEN_B, "size_change": change})
-        assert "A change of size (1 -> 4 -> 1) adds 4.00 ms = 1.50 x T(1) (one-token steps in a run: 2.70 ms)" in lines
+        assert (
+            "Two changes of size (1 -> 4 -> 1) add 4.00 ms = 1.50 x T(1), 0.75 a change "
+            "(`bench --replay --size-change 0.75`; one-token steps in a run: 2.70 ms)"
+        ) in lines
         assert not any("change of size" in line for line in gpu_check_report.target_section(SEVEN_B))
 
     def test_an_mtp_target_names_its_pass(self):
